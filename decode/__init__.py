@@ -1,0 +1,1 @@
+"""tractable.decode (see the module docstrings)."""

@@ -1,0 +1,504 @@
+"""TokenAutomaton: an NFA over token ids, stored as tensors (paper 002, Def. 3.2).
+
+Layout (S states, E edges, L distinct label sets, V vocabulary ids, W = ceil(V / 32)):
+
+* ``edge_src``, ``edge_dst``: int64 [E] — one edge per (source, destination) pair;
+* ``edge_label``: int64 [E] — index of the edge's label set;
+* ``labels``: int32 [L, W] — label sets bit-packed: token ``v`` is in set ``l`` iff bit
+  ``v % 32`` of ``labels[l, v // 32]`` is set.  Edges with the same token set share a row, so
+  ``B`` (E × V, 0/1) is never dense at real vocabulary sizes;
+* ``initial``, ``final``: bool [S]; state 0 is the single initial state.
+
+``T_out`` [S×E], ``T_in`` [E×S] and ``B`` [E×V] of Def. 3.2 are views built from these (sparse
+or packed), and :meth:`TokenAutomaton.edge_hmm` gives the edge-HMM view of Def. 4.2
+(``A_f = T_in T_out``, edge-lifted initial and final vectors).
+
+Instances are frozen: every method returns new objects and nothing mutates the automaton, so
+one compiled automaton is shared read-only by any number of requests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import AutomatonFormatError, EmptyLanguageError, VocabularyMismatchError
+from .lift import LiftedEdges, lift
+from .nfa import ByteNFA
+from .state import MaskMixin
+from .vocabulary import TokenVocabulary
+
+__all__ = ["TokenAutomaton", "LabelMatrix", "EdgeHMM", "FORMAT_VERSION"]
+
+#: Version of the on-disk format written by :meth:`TokenAutomaton.save`.
+FORMAT_VERSION = 1
+_FORMAT_NAME = "tractable-token-automaton"
+
+
+@dataclass(frozen=True, eq=False)
+class LabelMatrix:
+    """``B_f`` [E × V] of Def. 3.2 without materializing it.
+
+    ``packed``: int32 [L, W] unique label sets; ``edge_label``: int64 [E] row per edge.
+    """
+
+    packed: torch.Tensor
+    edge_label: torch.Tensor
+    vocab_size: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.edge_label.shape[0]), self.vocab_size)
+
+    def row_sizes(self) -> torch.Tensor:
+        """int64 [L]: tokens per label set."""
+        p = self.packed.numpy() if self.packed.device.type == "cpu" else self.packed.cpu().numpy()
+        return torch.from_numpy(
+            np.unpackbits(p.view(np.uint8), axis=1, bitorder="little").sum(axis=1).astype(np.int64)
+        )
+
+    def dense(self, max_elements: int = 50_000_000) -> torch.Tensor:
+        """bool [E, V].  Raises ``MemoryError`` past ``max_elements`` (use the packed form)."""
+        E, V = self.shape
+        if E * V > max_elements:
+            raise MemoryError(f"B is {E}×{V}; refusing to densify (packed rows: {self.packed.shape})")
+        rows = unpack_bits(self.packed.cpu(), V)
+        return rows[self.edge_label.cpu()].to(self.packed.device)
+
+    def memory_bytes(self) -> int:
+        return self.packed.numel() * 4 + self.edge_label.numel() * 8
+
+
+@dataclass(frozen=True, eq=False)
+class EdgeHMM:
+    """The edge HMM induced by the automaton (Def. 4.2): hidden states are edges.
+
+    ``A_f``: sparse [E×E] float (``T_in @ T_out``); ``B_f``: :class:`LabelMatrix` [E×V];
+    ``initial``: float [E] (``T_out^T π``); ``final``: float [E] (``T_in f``).
+    """
+
+    A_f: torch.Tensor
+    B_f: LabelMatrix
+    initial: torch.Tensor
+    final: torch.Tensor
+
+
+def unpack_bits(packed: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """int32 [..., W] bit-packed rows → bool [..., vocab_size] (bit v%32 of word v//32)."""
+    p = packed.contiguous().cpu().numpy()
+    bits = np.unpackbits(p.view(np.uint8), axis=-1, bitorder="little")[..., :vocab_size]
+    return torch.from_numpy(bits.astype(bool))
+
+
+def pack_bits(mask: torch.Tensor) -> torch.Tensor:
+    """bool [..., V] → int32 [..., ceil(V/32)] (inverse of :func:`unpack_bits`)."""
+    m = mask.detach().cpu().numpy().astype(bool)
+    V = m.shape[-1]
+    W = (V + 31) // 32
+    pad = W * 32 - V
+    if pad:
+        m = np.concatenate([m, np.zeros(m.shape[:-1] + (pad,), dtype=bool)], axis=-1)
+    packed = np.packbits(m, axis=-1, bitorder="little")
+    return torch.from_numpy(np.ascontiguousarray(packed).view(np.int32))
+
+
+@dataclass(frozen=True, eq=False)
+class TokenAutomaton(MaskMixin):
+    """An NFA over token ids (see the module docstring for the tensor layout).
+
+    Build one with :func:`tractable.compile_regex` (or the JSON Schema / grammar compilers), or
+    :meth:`from_byte_nfa`; reload with :meth:`load`.
+    """
+
+    num_states: int
+    vocab_size: int
+    edge_src: torch.Tensor
+    edge_dst: torch.Tensor
+    edge_label: torch.Tensor
+    labels: torch.Tensor
+    initial: torch.Tensor
+    final: torch.Tensor
+    fingerprint: str
+    eos_token_ids: tuple[int, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_byte_nfa(
+        cls, nfa: ByteNFA, vocab: TokenVocabulary, *, meta: dict[str, Any] | None = None
+    ) -> TokenAutomaton:
+        """Lift a byte-level NFA to tokens (:func:`~.lift.lift`), trim it at token level and
+        pack its labels.
+
+        Raises:
+            EmptyLanguageError: no token sequence over ``vocab`` is accepted.
+        """
+        t0 = time.perf_counter()
+        lifted = lift(nfa, vocab)
+        out = cls._from_lifted(lifted, vocab, dict(meta or {}))
+        out.meta["compile_seconds"] = time.perf_counter() - t0
+        return out
+
+    @classmethod
+    def _from_lifted(cls, lifted: LiftedEdges, vocab: TokenVocabulary, meta: dict) -> TokenAutomaton:
+        S0 = lifted.num_states
+        V = vocab.size
+        src, dst, tok = lifted.pair_src, lifted.pair_dst, lifted.pair_tok
+        key = src * S0 + dst
+        if key.size:
+            bnd = np.concatenate([[True], key[1:] != key[:-1]])
+        else:
+            bnd = np.zeros(0, dtype=bool)
+        e_first = np.nonzero(bnd)[0]
+        e_src = src[e_first]
+        e_dst = dst[e_first]
+        # token-level trimming: reachable from state 0 and able to reach a final state
+        keep_state = _trim_states(S0, e_src, e_dst, lifted.final, start=0)
+        if not keep_state[0]:
+            raise EmptyLanguageError(
+                "the constraint accepts no token sequence over this vocabulary"
+                + (f" ({meta['pattern']!r})" if "pattern" in meta else "")
+            )
+        order = _bfs_order(S0, e_src, e_dst, keep_state, start=0)
+        new_id = np.full(S0, -1, dtype=np.int64)
+        new_id[order] = np.arange(order.size)
+        e_keep = keep_state[e_src] & keep_state[e_dst]
+        e_ptr = np.concatenate([e_first, [key.size]])
+        kept = np.nonzero(e_keep)[0]
+        # exact label dedup: hash each edge's token set, then verify within hash groups
+        starts, ends = e_ptr[kept], e_ptr[kept + 1]
+        label_of_edge, rep_edges = _dedup_labels(tok, starts, ends, seed=V)
+        W = (V + 31) // 32
+        packed = np.zeros((len(rep_edges), W), dtype=np.uint32)
+        for li, (a, b) in enumerate(rep_edges):
+            t = tok[a:b]
+            np.bitwise_or.at(packed[li], t >> 5, (np.uint32(1) << (t & 31).astype(np.uint32)))
+        n_src = new_id[e_src[kept]]
+        n_dst = new_id[e_dst[kept]]
+        eorder = np.lexsort((n_dst, n_src))
+        S = order.size
+        final = np.zeros(S, dtype=bool)
+        final[new_id[np.nonzero(lifted.final & keep_state)[0]]] = True
+        initial = np.zeros(S, dtype=bool)
+        initial[0] = True
+        meta.setdefault("byte_states", S0)
+        meta["subsets_expanded"] = lifted.subsets_expanded
+        return cls(
+            num_states=S,
+            vocab_size=V,
+            edge_src=torch.from_numpy(n_src[eorder].copy()),
+            edge_dst=torch.from_numpy(n_dst[eorder].copy()),
+            edge_label=torch.from_numpy(np.asarray(label_of_edge, dtype=np.int64)[eorder]),
+            labels=torch.from_numpy(packed.view(np.int32)),
+            initial=torch.from_numpy(initial),
+            final=torch.from_numpy(final),
+            fingerprint=vocab.fingerprint,
+            eos_token_ids=tuple(vocab.eos_token_ids),
+            meta=meta,
+        )
+
+    # ------------------------------------------------------------------ sizes and views
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_src.shape[0])
+
+    @property
+    def num_labels(self) -> int:
+        """Number of distinct label sets (rows of :attr:`labels`)."""
+        return int(self.labels.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.labels.device
+
+    @property
+    def T_out(self) -> torch.Tensor:
+        """Sparse float32 [S, E]: ``T_out[i, k] = 1`` iff edge k leaves state i."""
+        E = self.num_edges
+        idx = torch.stack([self.edge_src, torch.arange(E, device=self.device)])
+        return torch.sparse_coo_tensor(idx, torch.ones(E, device=self.device),
+                                       (self.num_states, E)).coalesce()
+
+    @property
+    def T_in(self) -> torch.Tensor:
+        """Sparse float32 [E, S]: ``T_in[k, j] = 1`` iff edge k enters state j."""
+        E = self.num_edges
+        idx = torch.stack([torch.arange(E, device=self.device), self.edge_dst])
+        return torch.sparse_coo_tensor(idx, torch.ones(E, device=self.device),
+                                       (E, self.num_states)).coalesce()
+
+    @property
+    def B(self) -> LabelMatrix:
+        """``B_f`` [E, V] as a :class:`LabelMatrix` (packed, deduplicated rows)."""
+        return LabelMatrix(self.labels, self.edge_label, self.vocab_size)
+
+    def edge_hmm(self) -> EdgeHMM:
+        """The edge-HMM view of Def. 4.2."""
+        A_f = torch.sparse.mm(self.T_in, self.T_out).coalesce()
+        init = self.initial.float()[self.edge_src]
+        fin = self.final.float()[self.edge_dst]
+        return EdgeHMM(A_f, self.B, init, fin)
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Bytes held, per part (``labels`` dominates at real vocabulary sizes)."""
+        return {
+            "labels": self.labels.numel() * 4,
+            "edges": 3 * 8 * self.num_edges,
+            "states": 2 * self.num_states,
+            "total": self.labels.numel() * 4 + 24 * self.num_edges + 2 * self.num_states,
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """Sizes, memory and compile time, for CLIs and benchmarks."""
+        return {
+            "states": self.num_states,
+            "edges": self.num_edges,
+            "label_sets": self.num_labels,
+            "vocab_size": self.vocab_size,
+            "memory_bytes": self.memory_bytes()["total"],
+            "compile_seconds": self.meta.get("compile_seconds"),
+        }
+
+    def to(self, device: str | torch.device) -> TokenAutomaton:
+        """A copy whose tensors live on ``device`` (the original is unchanged)."""
+        return TokenAutomaton(
+            self.num_states, self.vocab_size, self.edge_src.to(device), self.edge_dst.to(device),
+            self.edge_label.to(device), self.labels.to(device), self.initial.to(device),
+            self.final.to(device), self.fingerprint, self.eos_token_ids, dict(self.meta),
+        )
+
+    def __repr__(self) -> str:
+        kb = self.memory_bytes()["total"] / 1024
+        return (
+            f"TokenAutomaton(states={self.num_states}, edges={self.num_edges}, "
+            f"label_sets={self.num_labels}, vocab={self.vocab_size}, {kb:.0f} KiB)"
+        )
+
+    # ------------------------------------------------------------------ CPU simulation
+
+    @cached_property
+    def _np(self) -> dict[str, np.ndarray]:
+        src = self.edge_src.cpu().numpy()
+        order = np.argsort(src, kind="stable")
+        out_ptr = np.zeros(self.num_states + 1, dtype=np.int64)
+        np.add.at(out_ptr, src + 1, 1)
+        out_ptr = np.cumsum(out_ptr)
+        return {
+            "out_ptr": out_ptr,
+            "out_edge": order,
+            "dst": self.edge_dst.cpu().numpy(),
+            "label": self.edge_label.cpu().numpy(),
+            "labels": self.labels.cpu().numpy().view(np.uint32),
+            "final": self.final.cpu().numpy(),
+        }
+
+    def step_states(self, states: np.ndarray, token: int) -> np.ndarray:
+        """bool [S] → bool [S]: states reached from the set ``states`` on ``token`` (eq. 3 for
+        one realized token).  Out-of-range or text-less ids lead to the empty set."""
+        a = self._np
+        if not 0 <= token < self.vocab_size:
+            return np.zeros(self.num_states, dtype=bool)
+        act = np.nonzero(states)[0]
+        if act.size == 0:
+            return np.zeros(self.num_states, dtype=bool)
+        segs = [a["out_edge"][a["out_ptr"][s]:a["out_ptr"][s + 1]] for s in act]
+        edges = np.concatenate(segs) if segs else np.zeros(0, dtype=np.int64)
+        word = a["labels"][a["label"][edges], token >> 5]
+        hit = ((word >> np.uint32(token & 31)) & np.uint32(1)).astype(bool)
+        out = np.zeros(self.num_states, dtype=bool)
+        out[a["dst"][edges[hit]]] = True
+        return out
+
+    def _run(self, token_ids) -> tuple[np.ndarray | None, bool]:
+        """(state set after the text tokens, whether an EOS ended the sequence)."""
+        ids = [int(t) for t in token_ids]
+        eos = set(self.eos_token_ids)
+        ended = False
+        if ids and ids[-1] in eos:
+            ids = ids[:-1]
+            ended = True
+        cur = self.initial.cpu().numpy().copy()
+        for t in ids:
+            if t in eos:
+                return None, ended
+            cur = self.step_states(cur, t)
+            if not cur.any():
+                return None, ended
+        return cur, ended
+
+    def accepts(self, token_ids) -> bool:
+        """Whether the whole token sequence is accepted.  A single trailing EOS id is allowed
+        (it ends the sequence); an EOS anywhere else, or a special/padding id, rejects."""
+        cur, _ = self._run(token_ids)
+        return cur is not None and bool((cur & self._np["final"]).any())
+
+    def viable(self, token_ids) -> bool:
+        """Whether some continuation of ``token_ids`` is accepted (states are trimmed, so this
+        is "the state set is not empty"); after a trailing EOS, the same as :meth:`accepts`."""
+        cur, ended = self._run(token_ids)
+        if cur is None:
+            return False
+        return bool((cur & self._np["final"]).any()) if ended else bool(cur.any())
+
+    # ------------------------------------------------------------------ persistence
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write a ``.safetensors`` file with the tensors and a JSON header (format version,
+        vocabulary fingerprint, EOS ids, metadata).  No pickle."""
+        from safetensors.torch import save_file
+
+        tensors = {
+            "edge_src": self.edge_src.cpu().contiguous(),
+            "edge_dst": self.edge_dst.cpu().contiguous(),
+            "edge_label": self.edge_label.cpu().contiguous(),
+            "labels": self.labels.cpu().contiguous(),
+            "initial": self.initial.cpu().to(torch.uint8).contiguous(),
+            "final": self.final.cpu().to(torch.uint8).contiguous(),
+        }
+        header = {
+            "format": _FORMAT_NAME,
+            "version": str(FORMAT_VERSION),
+            "num_states": str(self.num_states),
+            "vocab_size": str(self.vocab_size),
+            "fingerprint": self.fingerprint,
+            "eos_token_ids": json.dumps(list(self.eos_token_ids)),
+            "meta": json.dumps(_jsonable(self.meta)),
+        }
+        save_file(tensors, str(path), metadata=header)
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike, vocabulary: TokenVocabulary, *, device: str = "cpu"
+    ) -> TokenAutomaton:
+        """Read a file written by :meth:`save`.
+
+        Raises:
+            VocabularyMismatchError: the file was compiled for another vocabulary.
+            AutomatonFormatError: not such a file, or an unknown format version.
+        """
+        from safetensors import safe_open
+
+        p = Path(path)
+        try:
+            with safe_open(str(p), framework="pt", device="cpu") as f:
+                header = f.metadata() or {}
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
+        except Exception as e:  # noqa: BLE001 - safetensors raises several types
+            raise AutomatonFormatError(f"{p} is not a saved TokenAutomaton: {e}") from e
+        if header.get("format") != _FORMAT_NAME:
+            raise AutomatonFormatError(f"{p} is not a saved TokenAutomaton")
+        version = int(header.get("version", "-1"))
+        if version != FORMAT_VERSION:
+            raise AutomatonFormatError(
+                f"{p} has format version {version}; this tractable reads version {FORMAT_VERSION}"
+            )
+        if header["fingerprint"] != vocabulary.fingerprint:
+            raise VocabularyMismatchError(header["fingerprint"], vocabulary.fingerprint)
+        out = cls(
+            num_states=int(header["num_states"]),
+            vocab_size=int(header["vocab_size"]),
+            edge_src=tensors["edge_src"],
+            edge_dst=tensors["edge_dst"],
+            edge_label=tensors["edge_label"],
+            labels=tensors["labels"],
+            initial=tensors["initial"].bool(),
+            final=tensors["final"].bool(),
+            fingerprint=header["fingerprint"],
+            eos_token_ids=tuple(json.loads(header["eos_token_ids"])),
+            meta=json.loads(header.get("meta", "{}")),
+        )
+        return out if device == "cpu" else out.to(device)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _jsonable(meta: dict) -> dict:
+    out = {}
+    for k, v in meta.items():
+        try:
+            json.dumps(v)
+            out[k] = v
+        except TypeError:
+            out[k] = repr(v)
+    return out
+
+
+def _trim_states(S: int, src: np.ndarray, dst: np.ndarray, final: np.ndarray, start: int):
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import breadth_first_order
+
+    if src.size == 0:
+        keep = np.zeros(S, dtype=bool)
+        keep[start] = bool(final[start])
+        return keep
+    g = csr_matrix((np.ones(src.size, dtype=np.int8), (src, dst)), shape=(S, S))
+    fwd = np.zeros(S, dtype=bool)
+    fwd[breadth_first_order(g, start, directed=True, return_predecessors=False)] = True
+    # co-accessible: reverse BFS from all finals via a super-source
+    gt = csr_matrix(
+        (np.ones(src.size + int(final.sum()), dtype=np.int8),
+         (np.concatenate([dst, np.full(int(final.sum()), S)]),
+          np.concatenate([src, np.nonzero(final)[0]]))),
+        shape=(S + 1, S + 1),
+    )
+    bwd = np.zeros(S + 1, dtype=bool)
+    bwd[breadth_first_order(gt, S, directed=True, return_predecessors=False)] = True
+    return fwd & bwd[:S]
+
+
+def _bfs_order(S: int, src, dst, keep, start: int) -> np.ndarray:
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import breadth_first_order
+
+    m = keep[src] & keep[dst]
+    g = csr_matrix((np.ones(int(m.sum()), dtype=np.int8), (src[m], dst[m])), shape=(S, S))
+    order = breadth_first_order(g, start, directed=True, return_predecessors=False)
+    return np.asarray(order, dtype=np.int64)
+
+
+def _dedup_labels(tok: np.ndarray, starts: np.ndarray, ends: np.ndarray, seed: int):
+    """Exact dedup of token sets ``tok[starts[i]:ends[i]]`` (each sorted).
+
+    Returns (label id per edge, list of (start, end) of each distinct set's representative).
+    """
+    n = starts.size
+    if n == 0:
+        return [], []
+    rng = np.random.default_rng(0x7AC7 + seed)
+    h1 = rng.integers(0, 2**63, size=int(tok.max()) + 1 if tok.size else 1, dtype=np.int64)
+    counts = ends - starts
+    vals = h1[tok] if tok.size else np.zeros(0, dtype=np.int64)
+    csum = np.concatenate([[0], np.cumsum(vals, dtype=np.int64)])  # wraps: fine for hashing
+    hashes = csum[ends] - csum[starts]
+    groups: dict[tuple[int, int], list[int]] = {}
+    label_of_edge = np.empty(n, dtype=np.int64)
+    reps: list[tuple[int, int]] = []
+    for i in range(n):
+        k = (int(counts[i]), int(hashes[i]))
+        cand = groups.get(k)
+        found = -1
+        if cand is not None:
+            a, b = starts[i], ends[i]
+            for li in cand:
+                ra, rb = reps[li]
+                if np.array_equal(tok[a:b], tok[ra:rb]):
+                    found = li
+                    break
+        if found < 0:
+            found = len(reps)
+            reps.append((int(starts[i]), int(ends[i])))
+            groups.setdefault(k, []).append(found)
+        label_of_edge[i] = found
+    return label_of_edge, reps

@@ -1,0 +1,1 @@
+"""tractable.hmm (see the module docstrings)."""

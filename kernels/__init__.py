@@ -1,0 +1,1 @@
+"""tractable.kernels (see the module docstrings)."""

@@ -1,0 +1,60 @@
+"""tractable: constraints compiled to token-level NFAs, budget-aware masks, exact samplers.
+
+    import tractable
+    vocab = tractable.TokenVocabulary.from_huggingface(tokenizer)
+    A = tractable.compile_regex(r"\\d{4}-\\d{2}-\\d{2}", vocab)
+    proc = tractable.gcd_logits_processor(A, max_new_tokens=16)
+
+Names are imported lazily, so ``import tractable`` needs neither transformers nor Triton.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # fsa: compile once, reuse
+    "TokenVocabulary": "tractable.fsa.vocabulary",
+    "TokenAutomaton": "tractable.fsa.automaton",
+    "AutomatonState": "tractable.fsa.state",
+    "compile_regex": "tractable.fsa.regex",
+    "compile_json_schema": "tractable.fsa.json_schema",
+    "compile_grammar": "tractable.fsa.grammar",
+    # decoding
+    "gcd_logits_processor": "tractable.decode.processor",
+    "pgcd_logits_processor": "tractable.hmm.pgcd",
+    "HMM": "tractable.hmm.model",
+    "smc": "tractable.decode.smc",
+    # errors
+    "TractableError": "tractable.fsa.errors",
+    "InvalidRegexError": "tractable.fsa.errors",
+    "UnsupportedRegexError": "tractable.fsa.errors",
+    "VocabularyError": "tractable.fsa.errors",
+    "VocabularyMismatchError": "tractable.fsa.errors",
+    "AutomatonFormatError": "tractable.fsa.errors",
+    "EmptyLanguageError": "tractable.fsa.errors",
+    "UnsatisfiableBudgetError": "tractable.fsa.errors",
+    "UnsupportedSchemaError": "tractable.fsa.errors",
+    "InvalidSchemaError": "tractable.fsa.errors",
+    "GrammarError": "tractable.fsa.errors",
+    "TokenError": "tractable.fsa.errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'tractable' has no attribute {name!r}")
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

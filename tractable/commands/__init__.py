@@ -1,0 +1,1 @@
+"""Subcommands of the ``tractable`` CLI (see :mod:`tractable.cli`)."""
