@@ -69,7 +69,9 @@ class LabelMatrix:
         """bool [E, V].  Raises ``MemoryError`` past ``max_elements`` (use the packed form)."""
         E, V = self.shape
         if E * V > max_elements:
-            raise MemoryError(f"B is {E}×{V}; refusing to densify (packed rows: {self.packed.shape})")
+            raise MemoryError(
+                f"B is {E}×{V}; refusing to densify (packed rows: {tuple(self.packed.shape)})"
+            )
         rows = unpack_bits(self.packed.cpu(), V)
         return rows[self.edge_label.cpu()].to(self.packed.device)
 
@@ -150,7 +152,9 @@ class TokenAutomaton(MaskMixin):
         return out
 
     @classmethod
-    def _from_lifted(cls, lifted: LiftedEdges, vocab: TokenVocabulary, meta: dict) -> TokenAutomaton:
+    def _from_lifted(
+        cls, lifted: LiftedEdges, vocab: TokenVocabulary, meta: dict
+    ) -> TokenAutomaton:
         S0 = lifted.num_states
         V = vocab.size
         src, dst, tok = lifted.pair_src, lifted.pair_dst, lifted.pair_tok

@@ -19,7 +19,7 @@ strings (a byte ``b`` is ``chr(b)``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 __all__ = [
