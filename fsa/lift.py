@@ -118,17 +118,16 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
         total = int(counts.sum())
         if total == 0:
             break
-        idx = np.repeat(np.arange(starts.size), counts)
-        offs = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-        child = cs[idx] + offs
-        src_state = dstate[idx]
+        # children of every frontier entry, contiguous in the BFS-numbered trie
+        child = np.arange(total) + np.repeat(cs - (np.cumsum(counts) - counts), counts)
+        src_state = np.repeat(dstate, counts)
         miss = subsets.table[src_state, 0] < 0
         if miss.any():
             for sid in np.unique(src_state[miss]):
                 subsets.expand(int(sid))
         nd = subsets.table[src_state, byte_cls[child]]
         keep = nd != 0
-        starts = starts[idx[keep]]
+        starts = np.repeat(starts, counts)[keep]
         node = child[keep]
         dstate = nd[keep]
         term = has_term[node]

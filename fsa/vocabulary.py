@@ -302,12 +302,9 @@ class TokenVocabulary:
         """SHA-256 hex digest of the size, the byte strings and the EOS ids."""
         h = hashlib.sha256()
         h.update(f"tractable-vocab-v1:{self.size}:".encode())
-        for b in self.token_bytes:
-            if b is None:
-                h.update(b"\xff\xff\xff\xff")
-            else:
-                h.update(len(b).to_bytes(4, "little"))
-                h.update(b)
+        lens = np.array([-1 if b is None else len(b) for b in self.token_bytes], dtype=np.int64)
+        h.update(lens.tobytes())
+        h.update(b"".join(b for b in self.token_bytes if b))
         h.update(",".join(map(str, self.eos_token_ids)).encode())
         return h.hexdigest()
 

@@ -1,0 +1,244 @@
+"""Regex compile time and compiled size: tractable vs xgrammar vs outlines-core, in one run.
+
+    python bench/compile_bench.py                   # Llama-3 and Qwen3, 10 reps per regex
+    python bench/compile_bench.py --reps 3 --vocabs llama3
+
+Each (engine, vocabulary) pair runs in a fresh child process: vocabulary set-up is timed apart
+from compilation (it is paid once per tokenizer by every engine), then every regex is compiled
+``--reps`` times with caches off.  What is timed per engine:
+
+* tractable: ``regex_to_nfa`` + ``TokenAutomaton.from_byte_nfa`` (parse, lift, pack; no cache);
+* xgrammar: ``GrammarCompiler(info, cache_enabled=False, max_threads=1).compile_regex``;
+* outlines-core: ``Index(regex, Vocabulary)``.
+
+Writes ``bench/results/compile_regex.md`` (table) and ``compile_regex.json`` (raw samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(os.environ.get("TRACTABLE_FIXTURES", ROOT / "fixtures"))
+
+KEYWORDS = [
+    "SELECT", "FROM", "WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "OFFSET", "JOIN", "INNER",
+    "OUTER", "LEFT", "RIGHT", "FULL", "CROSS", "UNION", "INTERSECT", "EXCEPT", "INSERT", "INTO",
+    "VALUES", "UPDATE", "DELETE", "CREATE", "TABLE", "DROP", "ALTER", "INDEX", "VIEW", "DISTINCT",
+    "COUNT", "AVG", "MIN", "MAX", "SUM", "BETWEEN", "LIKE", "EXISTS", "CASE", "WHEN", "THEN",
+    "ELSE", "END", "NULL", "NOT", "AND", "OR", "ASC", "DESC", "AS",
+]
+assert len(KEYWORDS) == 50
+
+# [0-9] rather than \d: Python's \d is any Unicode digit, the peers' is ASCII.
+REGEXES = {
+    "iso_datetime": (
+        r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]"
+        r":[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+    ),
+    "email": r"[a-zA-Z0-9._%+-]+@[a-zA-Z0-9-]+(\.[a-zA-Z0-9-]+)*\.[a-zA-Z]{2,}",
+    "keywords50": "(" + "|".join(KEYWORDS) + ")",
+    "json_string": r'"([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"',
+}
+
+ENGINES = ("tractable", "xgrammar", "outlines_core")
+
+
+def _tok_path(vocab: str) -> Path:
+    p = FIXTURES / "tokenizers" / vocab / "tokenizer.json"
+    if not p.exists():
+        sys.exit(f"missing {p}: run python scripts/fetch_fixtures.py")
+    return p
+
+
+def _child(engine: str, vocab_name: str, reps: int) -> dict:
+    from tractable.fsa.vocabulary import TokenVocabulary
+
+    path = _tok_path(vocab_name)
+    t0 = time.perf_counter()
+    tv = TokenVocabulary.from_tokenizer_file(path)
+    out: dict = {"engine": engine, "vocab": vocab_name, "vocab_size": tv.size, "regexes": {}}
+    if engine == "tractable":
+        from tractable.fsa.automaton import TokenAutomaton
+        from tractable.fsa.regex import regex_to_nfa
+
+        _ = tv.trie
+        out["setup_s"] = time.perf_counter() - t0
+
+        def compile_one(p):
+            return TokenAutomaton.from_byte_nfa(regex_to_nfa(p), tv)
+
+        def size_of(a):
+            return {"bytes": a.memory_bytes()["total"], "states": a.num_states,
+                    "edges": a.num_edges, "label_sets": a.num_labels}
+    elif engine == "xgrammar":
+        import xgrammar as xgr
+        from transformers import PreTrainedTokenizerFast
+
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(path))
+        info = xgr.TokenizerInfo.from_huggingface(
+            tok, vocab_size=tv.size, stop_token_ids=list(tv.eos_token_ids)
+        )
+        compiler = xgr.GrammarCompiler(info, cache_enabled=False, max_threads=1)
+        out["setup_s"] = time.perf_counter() - t0
+
+        def compile_one(p):
+            return compiler.compile_regex(p)
+
+        def size_of(c):
+            return {"bytes": int(c.memory_size_bytes)}
+    elif engine == "outlines_core":
+        from outlines_core import Index, Vocabulary
+
+        eos = tv.eos_token_ids[0]
+        mapping: dict[bytes, list[int]] = {}
+        for i, b in enumerate(tv.token_bytes):
+            if b is not None:
+                mapping.setdefault(b, []).append(i)
+        ov = Vocabulary(eos, mapping)
+        out["setup_s"] = time.perf_counter() - t0
+
+        def compile_one(p):
+            return Index(p, ov)
+
+        def size_of(c):
+            return {"bytes": len(pickle.dumps(c))}
+    else:
+        raise SystemExit(f"unknown engine {engine}")
+    import gc
+
+    for name, pattern in REGEXES.items():
+        times = []
+        obj = None
+        for _ in range(reps):
+            gc.collect()
+            gc.disable()
+            t = time.perf_counter()
+            obj = compile_one(pattern)
+            times.append(time.perf_counter() - t)
+            gc.enable()
+        out["regexes"][name] = {"seconds": times, **size_of(obj)}
+    return out
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    v = {"python": platform.python_version()}
+    for pkg in ("tractable", "torch", "numpy", "xgrammar", "outlines_core", "transformers"):
+        try:
+            v[pkg] = version(pkg.replace("_", "-"))
+        except PackageNotFoundError:
+            v[pkg] = "not installed"
+    return v
+
+
+def _pct(xs, q):
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))
+    return xs[k]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--vocabs", nargs="+", default=["llama3", "qwen3"])
+    ap.add_argument("--engines", nargs="+", default=list(ENGINES))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "compile_regex"))
+    ap.add_argument("--child", nargs=2, metavar=("ENGINE", "VOCAB"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(_child(args.child[0], args.child[1], args.reps)))
+        return 0
+    runs = []
+    for vocab in args.vocabs:
+        for engine in args.engines:
+            print(f"[{vocab}] {engine} ...", file=sys.stderr, flush=True)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--reps", str(args.reps), "--child", engine, vocab],
+                capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+            )
+            if proc.returncode != 0:
+                print(proc.stderr[-2000:], file=sys.stderr)
+                runs.append({"engine": engine, "vocab": vocab, "error": proc.stderr[-500:]})
+                continue
+            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    meta = {
+        "command": "python bench/compile_bench.py " + " ".join(sys.argv[1:]),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+        "versions": _versions(),
+        "regexes": REGEXES,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out + ".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=1))
+    Path(args.out + ".md").write_text(_report(meta, runs))
+    print(Path(args.out + ".md").read_text())
+    return 0
+
+
+def _report(meta: dict, runs: list[dict]) -> str:
+    lines = [
+        "# Regex compile time and size: tractable vs xgrammar vs outlines-core",
+        "",
+        f"- command: `{meta['command']}`",
+        f"- date: {meta['date']}",
+        f"- machine: {meta['machine']}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        "- raw samples: `compile_regex.json` beside this file; each (engine, vocabulary) pair ran "
+        "in a fresh process; caches off; xgrammar with max_threads=1.",
+        "",
+        "Regexes: " + "; ".join(f"`{k}` = `{v}`" for k, v in meta["regexes"].items()
+                                if k != "keywords50")
+        + "; `keywords50` = an alternation of 50 SQL keywords.",
+        "",
+        "| vocab | regex | engine | compile ms median | p90 | size KiB | vs xgrammar (median) "
+        "| vs outlines-core (median) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    by = {(r["vocab"], r["engine"]): r for r in runs if "regexes" in r}
+    for vocab in dict.fromkeys(r["vocab"] for r in runs):
+        for name in REGEXES:
+            med = {}
+            for engine in ENGINES:
+                r = by.get((vocab, engine))
+                if r and name in r["regexes"]:
+                    med[engine] = statistics.median(r["regexes"][name]["seconds"])
+            for engine in ENGINES:
+                r = by.get((vocab, engine))
+                if not r or name not in r["regexes"]:
+                    continue
+                x = r["regexes"][name]
+                m = med[engine]
+                vs_x = f"{m / med['xgrammar']:.2f}×" if "xgrammar" in med else "–"
+                vs_o = f"{m / med['outlines_core']:.2f}×" if "outlines_core" in med else "–"
+                extra = f" ({x['states']} states, {x['edges']} edges)" if "states" in x else ""
+                lines.append(
+                    f"| {vocab} | {name} | {engine} | {1e3 * m:.2f} | "
+                    f"{1e3 * _pct(x['seconds'], 0.9):.2f} | {x['bytes'] / 1024:.0f}{extra} | "
+                    f"{vs_x} | {vs_o} |"
+                )
+    lines += ["", "Vocabulary set-up (once per tokenizer, not included above):", ""]
+    lines += ["| vocab | engine | setup s |", "|---|---|---|"]
+    for r in runs:
+        if "setup_s" in r:
+            lines.append(f"| {r['vocab']} | {r['engine']} | {r['setup_s']:.2f} |")
+    errors = [r for r in runs if "error" in r]
+    if errors:
+        lines += ["", "Errors:", ""]
+        lines += [f"- {r['vocab']} {r['engine']}: {r['error']}" for r in errors]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
