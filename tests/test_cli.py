@@ -1,0 +1,128 @@
+"""``tractable compile`` end to end: ``python -m tractable compile ...`` on the Llama-3 fixture,
+its printed numbers against the in-process compile, and the ``-o`` file against
+``TokenAutomaton.load``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT, tokenizer_path
+from tractable.fsa.automaton import TokenAutomaton
+
+from tractable.cli import main
+
+DATE = r"\d{4}-\d{2}-\d{2}"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return subprocess.run([sys.executable, "-m", "tractable", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _field(out: str, name: str) -> str:
+    m = re.search(rf"^{name}\s+(.*)$", out, flags=re.M)
+    assert m, f"no {name!r} line in:\n{out}"
+    return m.group(1)
+
+
+def test_compile_regex_subprocess(tmp_path, llama3_vocab):
+    from tractable.fsa.regex import compile_regex
+
+    out_file = tmp_path / "sub" / "date.safetensors"
+    folder = tokenizer_path("llama3").parent
+    r = _run("compile", "--regex", DATE, "--tokenizer", str(folder), "-o", str(out_file))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    A = compile_regex(DATE, llama3_vocab)
+    assert _field(out, "states") == str(A.num_states)
+    assert _field(out, "edges") == str(A.num_edges)
+    assert _field(out, "label sets") == str(A.num_labels)
+    assert "128256 ids (128000 text)" in _field(out, "vocabulary")
+    assert DATE in _field(out, "constraint")
+    assert re.fullmatch(r"[\d.]+ KiB \(labels [\d.]+ KiB, edges [\d.]+ KiB, states [\d.]+ KiB\)",
+                        _field(out, "memory"))
+    assert re.fullmatch(r"\d+\.\d{3} s", _field(out, "compile"))
+    assert re.fullmatch(r"\d+\.\d{3} s", _field(out, "vocab load"))
+    assert str(out_file) in _field(out, "written")
+    # the written file is the same automaton
+    B = TokenAutomaton.load(out_file, llama3_vocab)
+    for f in ("edge_src", "edge_dst", "edge_label", "labels", "initial", "final"):
+        assert torch.equal(getattr(A, f), getattr(B, f)), f
+    assert B.meta["pattern"] == DATE
+    ids = llama3_vocab.token_bytes.index(b"202"), llama3_vocab.token_bytes.index(b"4")
+    dash = llama3_vocab.token_bytes.index(b"-")
+    two = llama3_vocab.token_bytes.index(b"12")
+    assert B.accepts([*ids, dash, two, dash, two])
+    assert not B.accepts([*ids, dash, two])
+
+
+def test_compile_json_output(capsys, tmp_path):
+    tok = tokenizer_path("gpt2")
+    assert main(["compile", "--regex", "(yes|no)", "--tokenizer", str(tok), "--json",
+                 "--eos", "<|endoftext|>", "--vocab-size", "50304"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["constraint"] == "regex" and report["source"] == "(yes|no)"
+    assert report["vocab_size"] == 50304 and report["text_tokens"] == 50256
+    assert report["eos_token_ids"] == [50256]
+    assert report["states"] >= 2 and report["edges"] >= 2 and report["label_sets"] >= 1
+    assert report["memory_bytes"]["total"] > 0 and report["compile_seconds"] >= 0
+    assert report["output"] is None
+
+
+def test_compile_errors(capsys, tmp_path):
+    tok = str(tokenizer_path("gpt2"))
+    assert main(["compile", "--regex", "a(?=b)", "--tokenizer", tok]) == 1
+    err = capsys.readouterr().err
+    assert "UnsupportedRegexError" in err and "lookahead" in err and "position 1" in err
+    assert main(["compile", "--regex", "a(b", "--tokenizer", tok]) == 1
+    assert "InvalidRegexError" in capsys.readouterr().err
+    assert main(["compile", "--regex", "a", "--tokenizer", str(tmp_path / "nope.json")]) == 1
+    assert "no tokenizer file" in capsys.readouterr().err
+    assert main(["compile", "--regex", "a", "--tokenizer", tok, "--eos", "<|nope|>"]) == 1
+    assert "<|nope|>" in capsys.readouterr().err
+    assert main(["compile", "--regex", "a", "--tokenizer", tok, "--vocab-size", "10"]) == 1
+    assert "smaller" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse: exactly one constraint is required
+        main(["compile", "--tokenizer", tok])
+    capsys.readouterr()
+
+
+def test_compile_json_schema(capsys, tmp_path):
+    tok = str(tokenizer_path("llama3"))
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}},
+                                  "required": ["ok"]}))
+    status = main(["compile", "--json-schema", str(schema), "--tokenizer", tok, "--json"])
+    out = capsys.readouterr()
+    if importlib.util.find_spec("tractable.fsa.json_schema") is None:
+        assert status == 2 and "not available" in out.err
+        return
+    assert status == 0, out.err
+    report = json.loads(out.out)
+    assert report["constraint"] == "json-schema" and report["states"] > 0
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["compile", "--json-schema", str(bad), "--tokenizer", tok]) == 1
+    assert "not a JSON document" in capsys.readouterr().err
+
+
+def test_compile_grammar(capsys, tmp_path):
+    tok = str(tokenizer_path("llama3"))
+    grammar = tmp_path / "g.lark"
+    grammar.write_text('start: "a" start "b" | "ab"\n')
+    status = main(["compile", "--grammar", str(grammar), "--tokenizer", tok, "--json"])
+    out = capsys.readouterr()
+    if importlib.util.find_spec("tractable.fsa.grammar") is None:
+        assert status == 2
+        assert "grammar compiler (tractable.fsa.grammar) is not available" in out.err
+        return
+    assert status == 0, out.err
+    assert json.loads(out.out)["constraint"] == "grammar"
