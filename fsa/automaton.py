@@ -157,7 +157,7 @@ class TokenAutomaton(MaskMixin):
     ) -> TokenAutomaton:
         S0 = lifted.num_states
         V = vocab.size
-        src, dst, tok = lifted.pair_src, lifted.pair_dst, lifted.pair_tok
+        src, dst, grp = lifted.pair_src, lifted.pair_dst, lifted.pair_grp
         key = src * S0 + dst
         if key.size:
             bnd = np.concatenate([[True], key[1:] != key[:-1]])
@@ -179,10 +179,11 @@ class TokenAutomaton(MaskMixin):
         e_keep = keep_state[e_src] & keep_state[e_dst]
         e_ptr = np.concatenate([e_first, [key.size]])
         kept = np.nonzero(e_keep)[0]
-        # exact label dedup: hash each edge's token set, then verify within hash groups
+        # exact label dedup on sets of token groups (groups are disjoint and non-empty, so equal
+        # group sets <=> equal token sets), then pack each distinct set once
         starts, ends = e_ptr[kept], e_ptr[kept + 1]
-        label_of_edge, rep_edges = _dedup_labels(tok, starts, ends, seed=V)
-        packed = _pack_label_rows(tok, rep_edges, V)
+        label_of_edge, rep_edges = _dedup_labels(grp, starts, ends)
+        packed = _pack_label_rows(grp, rep_edges, lifted.grp_ptr, lifted.grp_tokens, V)
         n_src = new_id[e_src[kept]]
         n_dst = new_id[e_dst[kept]]
         eorder = np.lexsort((n_dst, n_src))
@@ -490,8 +491,17 @@ def _bfs_order(S: int, src, dst, keep, start: int) -> np.ndarray:
     return order.astype(np.int64)
 
 
-def _pack_label_rows(tok: np.ndarray, reps: list[tuple[int, int]], V: int) -> np.ndarray:
-    """uint32 [L, ceil(V/32)]: row l has the bits of ``tok[a:b]`` for ``reps[l] = (a, b)``.
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + c)`` for each (s, c), vectorized."""
+    return np.arange(int(counts.sum())) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
+
+
+def _pack_label_rows(
+    grp: np.ndarray, reps: list[tuple[int, int]], grp_ptr: np.ndarray, grp_tokens: np.ndarray,
+    V: int,
+) -> np.ndarray:
+    """uint32 [L, ceil(V/32)]: row l holds the tokens of the groups ``grp[a:b]``, ``reps[l] = (a,
+    b)``.
 
     Tokens within a row are distinct, so summing the bit values of one word equals OR-ing them;
     np.bincount does that in one pass (0.5 ms for 130k tokens, where np.bitwise_or.at took 2 ms).
@@ -502,10 +512,10 @@ def _pack_label_rows(tok: np.ndarray, reps: list[tuple[int, int]], V: int) -> np
         return np.zeros((0, W), dtype=np.uint32)
     starts = np.array([a for a, _ in reps], dtype=np.int64)
     counts = np.array([b - a for a, b in reps], dtype=np.int64)
-    total = int(counts.sum())
-    idx = np.arange(total) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
-    t = tok[idx]
-    row = np.repeat(np.arange(L, dtype=np.int64), counts)
+    sel = grp[_ranges(starts, counts)]
+    gsize = grp_ptr[sel + 1] - grp_ptr[sel]
+    t = grp_tokens[_ranges(grp_ptr[sel], gsize)]
+    row = np.repeat(np.repeat(np.arange(L, dtype=np.int64), counts), gsize)
     words = np.bincount(row * W + (t >> 5), weights=np.left_shift(1, t & 31).astype(np.float64),
                         minlength=L * W)
     return words.astype(np.uint32).reshape(L, W)
@@ -515,22 +525,24 @@ _HASHES: dict[int, np.ndarray] = {}
 
 
 def _token_hashes(n: int) -> np.ndarray:
-    """Fixed random int64 per token id (cached per size), for hashing token sets."""
-    h = _HASHES.get(n)
+    """Fixed random int64 per id for ids < n, for hashing id sets (cached per power of two)."""
+    size = 1 << max(10, (n - 1).bit_length())
+    h = _HASHES.get(size)
     if h is None:
-        h = _HASHES[n] = np.random.default_rng(0x7AC7).integers(0, 2**63, size=n, dtype=np.int64)
+        rng = np.random.default_rng(0x7AC7)
+        h = _HASHES[size] = rng.integers(0, 2**63, size=size, dtype=np.int64)
     return h
 
 
-def _dedup_labels(tok: np.ndarray, starts: np.ndarray, ends: np.ndarray, seed: int):
-    """Exact dedup of token sets ``tok[starts[i]:ends[i]]`` (each sorted).
+def _dedup_labels(tok: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """Exact dedup of the sorted id sets ``tok[starts[i]:ends[i]]``.
 
     Returns (label id per edge, list of (start, end) of each distinct set's representative).
     """
     n = starts.size
     if n == 0:
         return [], []
-    h1 = _token_hashes(max(seed, int(tok.max()) + 1 if tok.size else 1))
+    h1 = _token_hashes(int(tok.max()) + 1 if tok.size else 1)
     counts = ends - starts
     vals = h1[tok] if tok.size else np.zeros(0, dtype=np.int64)
     csum = np.concatenate([[0], np.cumsum(vals, dtype=np.int64)])  # wraps: fine for hashing

@@ -1,0 +1,574 @@
+"""Per-step token-mask latency: tractable GCD / LCD vs xgrammar, outlines-core, llguidance.
+
+    python bench/mask_bench.py                        # Llama-3 and Qwen3, 10 walks, B = 1 and 16
+    python bench/mask_bench.py --vocabs llama3 --walks 4 --batches 1
+
+Method (as ``../shared/reference/peers_cpu.md`` §2): a fixed valid string per regex is tokenized
+canonically (``encode(add_special_tokens=False)``); every engine walks those tokens and, at each
+step, fills a preallocated full-vocabulary int32 bitmask ([B, ceil(V/32)]); that fill is the
+timed region (``time.perf_counter_ns``).  Outside it we check that the walked token's bit is set,
+then advance (timed apart).  A final EOS step checks that EOS is allowed.  Walk 1 after compile
+is *cold*; walks 2.. are *warm*.  Engines are interleaved walk by walk (noise hits all alike),
+all in ONE process, the order rotated each walk; ``torch.set_num_threads(1)``; ``gc`` disabled
+inside walks.
+
+* tractable GCD: ``A.allowed_packed(st, remaining, "gcd", out=buf)`` with the tight budget
+  n = len(walk) + 1 (EOS included), so remaining = n − t at step t — every walked token must
+  survive the budget cut;  tractable LCD: the same call with ``mode="lcd"``;
+* xgrammar: ``GrammarMatcher.fill_next_token_bitmask`` (B = 16: ``BatchGrammarMatcher(
+  max_threads=1).batch_fill_next_token_bitmask``), compiled with ``GrammarCompiler(
+  cache_enabled=False, max_threads=1).compile_regex``;
+* outlines-core: ``Guide.write_mask_into`` on ``Index(regex, Vocabulary)`` (B = 16: a loop,
+  it has no batch API);
+* llguidance: ``llguidance.torch.fill_next_token_bitmask`` (B = 16: ``fill_next_token_bitmask_par``
+  with an ``LLExecutor``) on ``LLMatcher(LLTokenizer, grammar_from_regex(r))``.
+
+B = 16 walks 16 copies of the same sequence (as peers_cpu.md's batch rows).  The tractable
+automaton comes from ``tractable.fsa.regex.compile_regex`` when that module exists, else from
+the same patterns spelled with the ``fsa.nfa`` combinators (``_fallback_nfa``).
+
+Writes ``bench/results/masks_cpu.md`` and ``masks_cpu.json`` (every per-step sample).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(os.environ.get("TRACTABLE_FIXTURES", ROOT / "fixtures"))
+RESULTS = ROOT / "bench" / "results"
+
+KEYWORDS = [
+    "SELECT", "FROM", "WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "OFFSET", "JOIN", "INNER",
+    "OUTER", "LEFT", "RIGHT", "FULL", "CROSS", "UNION", "INTERSECT", "EXCEPT", "INSERT", "INTO",
+    "VALUES", "UPDATE", "DELETE", "CREATE", "TABLE", "DROP", "ALTER", "INDEX", "VIEW", "DISTINCT",
+    "COUNT", "AVG", "MIN", "MAX", "SUM", "BETWEEN", "LIKE", "EXISTS", "CASE", "WHEN", "THEN",
+    "ELSE", "END", "NULL", "NOT", "AND", "OR", "ASC", "DESC", "AS",
+]
+
+# name -> (regex, walked string).  The first four are bench/compile_bench.py's (fsa issue);
+# [0-9] rather than \d: Python's \d is any Unicode digit, the peers' is ASCII.
+PATTERNS: dict[str, tuple[str, str]] = {
+    "iso_datetime": (
+        r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]"
+        r":[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])",
+        "2024-03-15T14:30:45.123456+05:30",
+    ),
+    "email": (
+        r"[a-zA-Z0-9._%+-]+@[a-zA-Z0-9-]+(\.[a-zA-Z0-9-]+)*\.[a-zA-Z]{2,}",
+        "john.doe+bench@example-mail.com",
+    ),
+    "keywords50": ("(" + "|".join(KEYWORDS) + ")", "INTERSECT"),
+    "json_string": (
+        r'"([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"',
+        r'"Hello \"world\", caf\u00e9 au lait \\ 42 times\n and more text here."',
+    ),
+    "json_object": (
+        r'\{"name": "[^"\\]{0,40}", "age": [0-9]{1,3}\}',
+        '{"name": "Alice Johnson", "age": 42}',
+    ),
+}
+EOS = {"llama3": "<|end_of_text|>", "qwen3": "<|im_end|>"}
+ENGINES = ("tractable_gcd", "tractable_lcd", "xgrammar", "outlines_core", "llguidance")
+
+
+# ---------------------------------------------------------------------------- tractable side
+
+
+def _fallback_nfa(name: str):
+    """The PATTERNS spelled with the combinators (used until fsa/regex.py exists)."""
+    from tractable.fsa import nfa as N
+
+    def cls(spec: str):
+        m = 0
+        i = 0
+        while i < len(spec):
+            if i + 2 < len(spec) and spec[i + 1] == "-":
+                m |= N.mask_of(range(ord(spec[i]), ord(spec[i + 2]) + 1))
+                i += 3
+            else:
+                m |= N.mask_of([ord(spec[i])])
+                i += 1
+        return N.byteset(m)
+
+    L = N.literal
+    d = cls("0-9")
+    two = lambda a, b: N.concat(cls(a), cls(b))  # noqa: E731
+    if name == "iso_datetime":
+        hh = N.union(two("01", "0-9"), two("2", "0-3"))
+        return N.concat(
+            N.repeat(d, 4, 4), L("-"), N.union(two("0", "1-9"), two("1", "0-2")), L("-"),
+            N.union(two("0", "1-9"), two("12", "0-9"), two("3", "01")), L("T"), hh, L(":"),
+            two("0-5", "0-9"), L(":"), two("0-5", "0-9"),
+            N.optional(N.concat(L("."), N.repeat(d, 1, 6))),
+            N.union(L("Z"), N.concat(cls("+-"), hh, L(":"), two("0-5", "0-9"))),
+        )
+    if name == "email":
+        lab = cls("a-zA-Z0-9-")
+        return N.concat(
+            N.plus(cls("a-zA-Z0-9._%+-")), L("@"), N.plus(lab),
+            N.star(N.concat(L("."), N.plus(lab))), L("."), N.repeat(cls("a-zA-Z"), 2, None),
+        )
+    if name == "keywords50":
+        return N.union(*[L(k) for k in KEYWORDS])
+    if name == "json_string":
+        ch = N.codepoints([(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)])
+        esc = N.concat(L("\\"), cls('"\\/bfnrt'))
+        uni = N.concat(L("\\u"), N.repeat(cls("0-9a-fA-F"), 4, 4))
+        return N.concat(L('"'), N.star(N.union(ch, esc, uni)), L('"'))
+    if name == "json_object":
+        ch = N.codepoints([(0x00, 0x21), (0x23, 0x5B), (0x5D, 0x10FFFF)])
+        return N.concat(L('{"name": "'), N.repeat(ch, 0, 40), L('", "age": '),
+                        N.repeat(d, 1, 3), L("}"))
+    raise KeyError(name)
+
+
+def compile_tractable(name: str, vocab):
+    from tractable.fsa.automaton import TokenAutomaton
+
+    pattern = PATTERNS[name][0]
+    try:
+        from tractable.fsa.regex import compile_regex
+    except ImportError:
+        return TokenAutomaton.from_byte_nfa(_fallback_nfa(name), vocab,
+                                            meta={"pattern": pattern}), "combinators"
+    try:  # bypass the in-process cache if the compiler has one
+        from tractable.fsa.regex import regex_to_nfa
+
+        return TokenAutomaton.from_byte_nfa(regex_to_nfa(pattern), vocab,
+                                            meta={"pattern": pattern}), "regex_to_nfa"
+    except ImportError:
+        return compile_regex(pattern, vocab), "compile_regex"
+
+
+class Tractable:
+    def __init__(self, vocab, mode: str):
+        self.vocab = vocab
+        self.mode = mode
+        self.W = (vocab.size + 31) // 32
+        self.tok_cache: dict[tuple[int, int], torch.Tensor] = {}
+
+    def compile(self, name: str):
+        t0 = time.perf_counter()
+        self.A, self.how = compile_tractable(name, self.vocab)
+        return (time.perf_counter() - t0) * 1e3
+
+    def new(self, B: int, n: int):
+        self.st = self.A.start(B)
+        self.buf = torch.zeros((B, self.W), dtype=torch.int32)
+        # remaining budget: an int at B = 1, a LongTensor [B] (per-row budgets) at B > 1;
+        # prepared outside the timed fill (indexing a tensor alone costs ~3 us here)
+        self.rem = torch.full((B,), n, dtype=torch.long) if B > 1 else n
+        self.B = B
+
+    def fill(self, t: int):
+        self.A.allowed_packed(self.st, self.rem, self.mode, out=self.buf)
+
+    def bit(self, tok: int) -> bool:
+        return bool((int(self.buf[0, tok >> 5]) >> (tok & 31)) & 1)
+
+    def advance(self, tok: int):
+        ids = self.tok_cache.get((tok, self.B))
+        if ids is None:  # built once per (token, batch): torch.tensor() alone costs ~8 us here
+            ids = self.tok_cache[(tok, self.B)] = torch.full((self.B,), tok, dtype=torch.long)
+        self.st = self.A.advance(self.st, ids)
+        self.rem = self.rem - 1
+
+
+# ---------------------------------------------------------------------------- peers
+
+
+class XGrammar:
+    def __init__(self, hf_tok, V, eos):
+        import xgrammar as xgr
+
+        self.xgr = xgr
+        self.info = xgr.TokenizerInfo.from_huggingface(hf_tok, vocab_size=V, stop_token_ids=[eos])
+        self.V = V
+
+    def compile(self, name):
+        t0 = time.perf_counter()
+        comp = self.xgr.GrammarCompiler(self.info, cache_enabled=False, max_threads=1)
+        self.cg = comp.compile_regex(PATTERNS[name][0])
+        return (time.perf_counter() - t0) * 1e3
+
+    def new(self, B, n):
+        self.B = B
+        self.ms = [self.xgr.GrammarMatcher(self.cg) for _ in range(B)]
+        self.buf = self.xgr.allocate_token_bitmask(B, self.V)
+        if B > 1:
+            self.batch = self.xgr.BatchGrammarMatcher(max_threads=1)
+
+    def fill(self, t):
+        if self.B == 1:
+            self.ms[0].fill_next_token_bitmask(self.buf)
+        else:
+            self.batch.batch_fill_next_token_bitmask(self.ms, self.buf)
+
+    def bit(self, tok):
+        return bool((int(self.buf[0, tok >> 5]) >> (tok & 31)) & 1)
+
+    def advance(self, tok):
+        for m in self.ms:
+            assert m.accept_token(tok)
+
+
+class OutlinesCore:
+    def __init__(self, vocab, V, eos):
+        import outlines_core as oc
+
+        self.oc = oc
+        d: dict[bytes, list[int]] = {}
+        for i, b in enumerate(vocab.token_bytes):
+            if b is not None and i != eos:
+                d.setdefault(b, []).append(i)
+        self.vocab = oc.Vocabulary(eos, d)
+        self.W = (V + 31) // 32
+
+    def compile(self, name):
+        t0 = time.perf_counter()
+        self.index = self.oc.Index(PATTERNS[name][0], self.vocab)
+        return (time.perf_counter() - t0) * 1e3
+
+    def new(self, B, n):
+        self.gs = [self.oc.Guide(self.index) for _ in range(B)]
+        self.buf = torch.zeros((B, self.W), dtype=torch.int32)
+        self.ptrs = [self.buf[i].data_ptr() for i in range(B)]
+
+    def fill(self, t):
+        W = self.W
+        for g, p in zip(self.gs, self.ptrs):
+            g.write_mask_into(p, W, 4)
+
+    def bit(self, tok):
+        return bool((int(self.buf[0, tok >> 5]) >> (tok & 31)) & 1)
+
+    def advance(self, tok):
+        for g in self.gs:
+            g.advance(tok, return_tokens=False)
+
+
+class LLGuidance:
+    def __init__(self, hf_tok, V, eos):
+        import llguidance
+        import llguidance.hf
+        import llguidance.torch
+
+        self.llg = llguidance
+        self.lt = llguidance.torch
+        self.tok = llguidance.hf.from_tokenizer(hf_tok, n_vocab=V, eos_token=eos)
+        self.V = V
+        self.exe = llguidance.LLExecutor()
+
+    def compile(self, name):
+        t0 = time.perf_counter()
+        self.grammar = self.llg.LLMatcher.grammar_from_regex(PATTERNS[name][0])
+        self.proto = self.llg.LLMatcher(self.tok, self.grammar)
+        return (time.perf_counter() - t0) * 1e3
+
+    def new(self, B, n):
+        self.B = B
+        if B == 1:
+            self.proto.reset()  # keeps the lazily built lexer state (as peers_cpu.md)
+            self.ms = [self.proto]
+        else:
+            self.ms = [self.proto.deep_copy() for _ in range(B)]
+            for m in self.ms:
+                m.reset()
+        self.buf = self.lt.allocate_token_bitmask(B, self.V)
+
+    def fill(self, t):
+        if self.B == 1:
+            self.lt.fill_next_token_bitmask(self.ms[0], self.buf, 0)
+        else:
+            self.lt.fill_next_token_bitmask_par(self.exe, [(m, i) for i, m in enumerate(self.ms)],
+                                                self.buf)
+
+    def bit(self, tok):
+        return bool((int(self.buf[0, tok >> 5]) >> (tok & 31)) & 1)
+
+    def advance(self, tok):
+        for m in self.ms:
+            assert m.consume_token(tok), m.get_error()
+
+
+# ---------------------------------------------------------------------------- harness
+
+
+def walk(eng, tokens: list[int], eos: int, B: int) -> tuple[list[int], list[int]]:
+    """One walk: (mask-fill ns per step incl. the EOS step, advance ns per token)."""
+    n = len(tokens) + 1
+    eng.new(B, n)
+    fills, advs = [], []
+    clock = time.perf_counter_ns
+    gc.disable()
+    try:
+        for t, tok in enumerate(tokens + [eos]):
+            t0 = clock()
+            eng.fill(t)
+            t1 = clock()
+            fills.append(t1 - t0)
+            if not eng.bit(tok):
+                raise AssertionError(f"{type(eng).__name__}: token {tok} not allowed at step {t}")
+            if tok == eos:
+                break
+            t0 = clock()
+            eng.advance(tok)
+            advs.append(clock() - t0)
+    finally:
+        gc.enable()
+    return fills, advs
+
+
+def _q(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))
+    return xs[k]
+
+
+def summarize(samples_ns: list[int]) -> dict:
+    us = [x / 1e3 for x in samples_ns]
+    return {"median_us": statistics.median(us) if us else float("nan"), "p90_us": _q(us, 0.9),
+            "n": len(us)}
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for p in ("torch", "numpy", "xgrammar", "outlines_core", "llguidance", "transformers",
+              "tokenizers", "tractable"):
+        try:
+            out[p] = version(p)
+        except PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def run(args) -> dict:
+    from tokenizers import Tokenizer
+    from tractable.fsa.vocabulary import TokenVocabulary
+    from transformers import PreTrainedTokenizerFast
+
+    torch.set_num_threads(1)
+    cells = []
+    for vname in args.vocabs:
+        path = FIXTURES / "tokenizers" / vname / "tokenizer.json"
+        vocab = TokenVocabulary.from_tokenizer_file(path)
+        hf = PreTrainedTokenizerFast(tokenizer_file=str(path), eos_token=EOS[vname])
+        eos = hf.convert_tokens_to_ids(EOS[vname])
+        V = len(hf)
+        assert V == vocab.size and eos in vocab.eos_token_ids, (V, vocab.size, eos)
+        raw = Tokenizer.from_file(str(path))
+        engines = {}
+        for e in args.engines:
+            t0 = time.perf_counter()
+            if e == "tractable_gcd":
+                engines[e] = Tractable(vocab, "gcd")
+            elif e == "tractable_lcd":
+                engines[e] = Tractable(vocab, "lcd")
+            elif e == "xgrammar":
+                engines[e] = XGrammar(hf, V, eos)
+            elif e == "outlines_core":
+                engines[e] = OutlinesCore(vocab, V, eos)
+            elif e == "llguidance":
+                engines[e] = LLGuidance(hf, V, eos)
+            print(f"[{vname}] {e} setup {1e3 * (time.perf_counter() - t0):.0f} ms", flush=True)
+        for pname in args.patterns:
+            regex, text = PATTERNS[pname]
+            tokens = raw.encode(text, add_special_tokens=False).ids
+            assert raw.decode(tokens) == text
+            compile_ms = {e: eng.compile(pname) for e, eng in engines.items()}
+            for B in args.batches:
+                data = {e: {"cold": [], "warm": [], "adv": []} for e in engines}
+                names = list(engines)
+                for w in range(args.walks):
+                    # rotate the engine order each walk: the engine right after another one's
+                    # walk finds cold caches (measured: +20-40 us on its first step)
+                    order = names[w % len(names):] + names[: w % len(names)]
+                    for e in order:
+                        eng = engines[e]
+                        if w == 0 and e in ("tractable_gcd", "tractable_lcd") and B == 1:
+                            eng.compile(pname)  # cold = empty caches (fresh automaton)
+                        fills, advs = walk(eng, tokens, eos, B)
+                        data[e]["cold" if w == 0 else "warm"].extend(fills)
+                        if w > 0:
+                            data[e]["adv"].extend(advs)
+                for e in engines:
+                    cell = {
+                        "vocab": vname, "pattern": pname, "engine": e, "batch": B,
+                        "steps": len(tokens) + 1, "compile_ms": compile_ms[e],
+                        "warm": summarize(data[e]["warm"]), "cold": summarize(data[e]["cold"]),
+                        "advance": summarize(data[e]["adv"]),
+                        "samples_warm_ns": data[e]["warm"], "samples_cold_ns": data[e]["cold"],
+                    }
+                    if e.startswith("tractable"):
+                        cell["automaton"] = engines[e].A.stats() | {"built_by": engines[e].how}
+                    cells.append(cell)
+                    w_ = cell["warm"]
+                    print(f"[{vname}] {pname:13s} B={B:<2d} {e:14s} warm med "
+                          f"{w_['median_us']:8.1f} us  p90 {w_['p90_us']:8.1f} us", flush=True)
+    return {
+        "command": "python bench/mask_bench.py " + " ".join(sys.argv[1:]),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{cpu_name()}, {os.cpu_count()} cores, {platform.platform()}",
+        "load_avg_at_end": os.getloadavg(),
+        "versions": versions(),
+        "walks": args.walks,
+        "patterns": {k: {"regex": PATTERNS[k][0], "walk": PATTERNS[k][1]} for k in args.patterns},
+        "cells": cells,
+    }
+
+
+def write_markdown(res: dict, path: Path) -> None:
+    cells = res["cells"]
+
+    def get(v, p, e, B):
+        for c in cells:
+            if (c["vocab"], c["pattern"], c["engine"], c["batch"]) == (v, p, e, B):
+                return c
+        return None
+
+    def fmt(x):
+        return "–" if x is None or x != x else (f"{x:.1f}" if x < 100 else f"{x:.0f}")
+
+    vs = list(dict.fromkeys(c["vocab"] for c in cells))
+    ps = list(dict.fromkeys(c["pattern"] for c in cells))
+    es = list(dict.fromkeys(c["engine"] for c in cells))
+    Bs = sorted(set(c["batch"] for c in cells))
+    ver = res["versions"]
+    lines = [
+        "# Per-step full-vocabulary mask latency on CPU: tractable GCD / LCD vs peers",
+        "",
+        f"- Command: `{res['command']}`",
+        f"- Date: {res['date']}; machine: {res['machine']}; load average at end: "
+        + ", ".join(f"{x:.1f}" for x in res["load_avg_at_end"])
+        + " (the machine is shared with other agents: numbers are noisy)",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in ver.items()),
+        f"- {res['walks']} walks per cell (walk 1 cold, the rest warm), engines interleaved walk "
+        "by walk in one process (order rotated each walk), `torch.set_num_threads(1)`, "
+        "gc off inside walks. Method and "
+        "peers' APIs: see the docstring of `bench/mask_bench.py` and "
+        "`../shared/reference/peers_cpu.md` §2.",
+        "- tractable GCD uses the tight budget n = walk length + 1 (EOS included): remaining "
+        "= n − t at step t. LCD ignores the budget. Peers have no budget.",
+        "",
+        "Patterns and walked strings:",
+        "",
+    ]
+    for k, v in res["patterns"].items():
+        lines.append(f"- `{k}`: `{v['regex']}` walking `{v['walk']}`")
+    for B in Bs:
+        lines += [
+            "",
+            f"## Batch {B}: warm mask fill, µs per step (median / p90)",
+            "",
+            "| vocab | pattern | steps | " + " | ".join(es)
+            + " | GCD/xgr median | GCD/xgr p90 |",
+            "|---|---|---|" + "---|" * len(es) + "---|---|",
+        ]
+        for v in vs:
+            for p in ps:
+                row = [v, p]
+                steps = None
+                vals = {}
+                for e in es:
+                    c = get(v, p, e, B)
+                    if c is None:
+                        row.append("–")
+                        continue
+                    steps = c["steps"]
+                    vals[e] = c["warm"]
+                    row.append(f"{fmt(c['warm']['median_us'])} / {fmt(c['warm']['p90_us'])}")
+                row.insert(2, str(steps))
+                g, x = vals.get("tractable_gcd"), vals.get("xgrammar")
+                if g and x:
+                    row.append(f"{g['median_us'] / x['median_us']:.2f}")
+                    row.append(f"{g['p90_us'] / x['p90_us']:.2f}")
+                else:
+                    row += ["–", "–"]
+                lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "## Cold walk (first walk after compile; tractable's caches empty), batch 1, µs median "
+        "/ p90; compile ms",
+        "",
+        "| vocab | pattern | " + " | ".join(es) + " |",
+        "|---|---|" + "---|" * len(es),
+    ]
+    for v in vs:
+        for p in ps:
+            row = [v, p]
+            for e in es:
+                c = get(v, p, e, 1)
+                row.append("–" if c is None else
+                           f"{fmt(c['cold']['median_us'])} / {fmt(c['cold']['p90_us'])}; "
+                           f"{fmt(c['compile_ms'])} ms")
+            lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "## Advance (accept one token), batch 1, warm median µs",
+        "",
+        "| vocab | pattern | " + " | ".join(es) + " |",
+        "|---|---|" + "---|" * len(es),
+    ]
+    for v in vs:
+        for p in ps:
+            row = [v, p]
+            for e in es:
+                c = get(v, p, e, 1)
+                row.append("–" if c is None else fmt(c["advance"]["median_us"]))
+            lines.append("| " + " | ".join(row) + " |")
+    tr = [c for c in cells if c["engine"] == "tractable_gcd" and c["batch"] == Bs[0]]
+    if tr:
+        lines += ["", "tractable automata: " + "; ".join(
+            f"{c['vocab']}/{c['pattern']}: {c['automaton']['states']} states, "
+            f"{c['automaton']['edges']} edges, built by {c['automaton']['built_by']}"
+            for c in tr)]
+    lines += ["", "Raw per-step samples: `masks_cpu.json` (same folder).", ""]
+    path.write_text("\n".join(lines))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--vocabs", nargs="+", default=["llama3", "qwen3"])
+    ap.add_argument("--patterns", nargs="+", default=list(PATTERNS))
+    ap.add_argument("--engines", nargs="+", default=list(ENGINES))
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 16])
+    ap.add_argument("--walks", type=int, default=10)
+    ap.add_argument("--out", default=str(RESULTS / "masks_cpu"))
+    args = ap.parse_args(argv)
+    res = run(args)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(res))
+    write_markdown(res, out.with_suffix(".md"))
+    print(f"wrote {out.with_suffix('.md')} and .json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
