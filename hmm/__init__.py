@@ -1,1 +1,23 @@
-"""tractable.hmm (see the module docstrings)."""
+"""tractable.hmm: hidden Markov models distilled from an LM, and P-GCD (paper 002 §4).
+
+* :class:`HMM` (:mod:`.model`) — π, A, B; scaled forward/backward, sampling, save/load.
+* :mod:`.em` — Baum–Welch EM; :mod:`.distill` — ``python -m tractable.hmm.distill``.
+* :class:`HMMAutomatonProduct` (:mod:`.product`) — HMM × automaton (Thm. 4.4, Algorithm 1).
+* :class:`PGCD`, :func:`pgcd_logits_processor` (:mod:`.pgcd`) — the P-GCD proposal and
+  potential (§4.3).
+"""
+
+from .model import HMM
+from .pgcd import PGCD, PGCDLogitsProcessor, pgcd_logits_processor, pgcd_proposal
+from .product import HMMAutomatonProduct, ProductState, token_classes
+
+__all__ = [
+    "HMM",
+    "HMMAutomatonProduct",
+    "ProductState",
+    "token_classes",
+    "PGCD",
+    "PGCDLogitsProcessor",
+    "pgcd_logits_processor",
+    "pgcd_proposal",
+]

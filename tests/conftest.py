@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# `python -m pytest` puts the checkout root on sys.path, where the source folder kernels/
+# (installed as tractable.kernels) would shadow Hugging Face's `kernels` package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
+
+# Without a GPU the Triton kernels run under the Triton interpreter.  Triton reads
+# TRITON_INTERPRET when triton.language is first imported (its own @jit helpers such as tl.sum are
+# built then), so it must be set for the whole session, before any test module imports Triton.
+if "TRITON_INTERPRET" not in os.environ:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
 FIXTURES = Path(os.environ.get("TRACTABLE_FIXTURES", ROOT / "fixtures"))
 
 
