@@ -430,4 +430,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from tractable._syspath import drop_checkout_root
+
+    drop_checkout_root()
     sys.exit(main())
