@@ -20,6 +20,7 @@ __all__ = [
     "InvalidSchemaError",
     "GrammarError",
     "TokenError",
+    "BudgetExceededError",
 ]
 
 
@@ -136,3 +137,19 @@ class TokenError(TractableError, ValueError):
     def __init__(self, message: str, token_id: int | None = None):
         super().__init__(message if token_id is None else f"{message} (token id {token_id})")
         self.token_id = token_id
+
+
+class BudgetExceededError(TractableError, RuntimeError):
+    """``generate`` asked for a token past the processor's ``max_new_tokens`` for a row that has
+    not finished.  Attributes: ``max_new_tokens``, ``generated`` (tokens already generated)."""
+
+    def __init__(self, max_new_tokens: int, generated: int, row: int):
+        super().__init__(
+            f"row {row} has generated {generated} tokens without finishing, but the processor "
+            f"was built for max_new_tokens={max_new_tokens}: pass the same max_new_tokens to "
+            "generate() (a larger one would produce output that the budget guarantee does not "
+            "cover)"
+        )
+        self.max_new_tokens = max_new_tokens
+        self.generated = generated
+        self.row = row

@@ -312,16 +312,38 @@ def star(a: ByteNFA) -> ByteNFA:
 
 
 def repeat(a: ByteNFA, lo: int, hi: int | None) -> ByteNFA:
-    """``a{lo,hi}``; ``hi=None`` means unbounded.  Linear in ``hi`` (nested optionals)."""
+    """``a{lo,hi}``; ``hi=None`` means unbounded.  O(hi · |a|) states and edges.
+
+    Copy ``k`` is entered through a fresh state ``e_k`` (nothing inside the copy leads back to
+    it, so re-entering the copy's own start cannot skip to the exit), and ``e_k → exit`` for
+    ``k >= lo`` stops after ``k`` copies.
+    """
     if lo < 0 or (hi is not None and hi < lo):
         raise ValueError(f"bad repetition bounds {{{lo},{hi}}}")
-    head = [a] * lo
     if hi is None:
-        return concat(*head, star(a))
-    tail: ByteNFA | None = None
-    for _ in range(hi - lo):
-        tail = optional(a if tail is None else concat(a, tail))
-    return concat(*head, tail) if tail is not None else concat(*head)
+        if lo == 0:
+            return star(a)
+        return concat(*([a] * (lo - 1)), plus(a))
+    if hi == 0:
+        return empty()
+    if lo == hi == 1:
+        return a
+    n = a.num_states
+    stride = n + 1
+    exit_ = hi * stride
+    edges: list[tuple[int, int, int]] = []
+    eps: list[tuple[int, int]] = []
+    for k in range(hi):
+        base = k * stride  # e_k = base; the copy's states are base + 1 ...
+        off = base + 1
+        edges.extend((s + off, m, d + off) for s, m, d in a.edges)
+        eps.extend((s + off, d + off) for s, d in a.epsilons)
+        eps.append((base, a.start + off))
+        nxt = exit_ if k == hi - 1 else base + stride
+        eps.extend((f + off, nxt) for f in a.finals)
+        if k >= lo:
+            eps.append((base, exit_))
+    return ByteNFA(exit_ + 1, 0, frozenset({exit_}), tuple(edges), tuple(eps))
 
 
 # --------------------------------------------------------------------------- normal forms
@@ -419,28 +441,49 @@ def reduce_states(nfa: ByteNFA) -> ByteNFA:
 
     Such states have the same right language, so merging is exact.  This is not
     determinization: it only ever shrinks the NFA.  Input must be trimmed (see :func:`trim`).
+    Each round merges on the current representatives; the NFA is trimmed once at the end.
     """
-    cur = nfa
+    S = nfa.num_states
+    out: list[list[tuple[int, int]]] = [[] for _ in range(S)]
+    for s, m, d in nfa.edges:
+        out[s].append((d, m))
+    rep = list(range(S))
+
+    def find(x: int) -> int:
+        root = x
+        while rep[root] != root:
+            root = rep[root]
+        while rep[x] != root:
+            rep[x], x = root, rep[x]
+        return root
+
+    alive = list(range(S))
     while True:
-        out: list[list[tuple[int, int]]] = [[] for _ in range(cur.num_states)]
-        for s, m, d in cur.edges:
-            out[s].append((d, m))
         sig_to_rep: dict[tuple, int] = {}
-        rep = list(range(cur.num_states))
-        changed = False
-        for s in range(cur.num_states):
-            sig = (s in cur.finals, tuple(sorted(out[s])))
+        merged = False
+        for s in alive:
+            row: dict[int, int] = {}
+            for d, m in out[s]:
+                r = find(d)
+                row[r] = row.get(r, 0) | m
+            sig = (s in nfa.finals, tuple(sorted(row.items())))
             r = sig_to_rep.setdefault(sig, s)
             if r != s:
                 rep[s] = r
-                changed = True
-        if not changed:
-            return cur
-        if rep[cur.start] != cur.start:
-            raise AssertionError("start state merged away")  # cannot happen: reps are minimal
-        edges = tuple((rep[s], m, rep[d]) for s, m, d in cur.edges if rep[s] == s)
-        finals = frozenset(rep[f] for f in cur.finals)
-        cur = trim(ByteNFA(cur.num_states, cur.start, finals, edges))
+                merged = True
+        if not merged:
+            break
+        alive = [s for s in alive if rep[s] == s]
+    if len(alive) == S:
+        return nfa
+    edges: dict[tuple[int, int], int] = {}
+    for s in alive:
+        for d, m in out[s]:
+            key = (s, find(d))
+            edges[key] = edges.get(key, 0) | m
+    finals = frozenset(find(f) for f in nfa.finals)
+    flat = tuple((s, m, d) for (s, d), m in edges.items())
+    return trim(ByteNFA(S, find(nfa.start), finals, flat))
 
 
 def finalize(nfa: ByteNFA, *, reduce: bool = True) -> ByteNFA:

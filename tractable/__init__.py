@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidSchemaError": "tractable.fsa.errors",
     "GrammarError": "tractable.fsa.errors",
     "TokenError": "tractable.fsa.errors",
+    "BudgetExceededError": "tractable.fsa.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

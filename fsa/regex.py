@@ -1,0 +1,593 @@
+"""Regular expressions → byte-level NFAs → token automata.
+
+Semantics (what :func:`regex_to_nfa` accepts, as a loop)::
+
+    for data in all byte strings:
+        accepted(data) == (data is valid UTF-8
+                           and re.fullmatch(pattern, data.decode("utf-8"), flags) is not None)
+        # search=True: re.search(...) instead of re.fullmatch(...)
+
+Characters are Unicode scalar values encoded as UTF-8, so a token that ends in the middle of a
+character (GPT-2 splits emoji and CJK) lifts correctly.  The automaton is an NFA built by
+Thompson-style composition (:mod:`.nfa`) and is never determinized: its size is linear in the
+pattern's (a counted repetition ``x{lo,hi}`` costs ``hi`` copies of ``x``).
+
+**Parser.**  Patterns are parsed by Python's own ``re`` parser (``re._parser``, the code
+``re.compile`` runs), so the syntax and meaning are *exactly* Python ``re``'s: escapes
+(``\\uXXXX``, ``\\x..``, octal), ``]`` first in a class, inline and scoped flags (``(?i)``,
+``(?s:...)``, ``(?x)``), Unicode ``\\d \\w \\s`` (or ASCII ones under ``re.ASCII``), and
+``re.IGNORECASE`` with Python's case-folding rules.  (interegular's parser was tried first:
+it rejects ``^``/``$``/``\\uXXXX``, reads ``\\d`` as ASCII-only, misparses ``[]a]``, and keeps no
+positions; see ``tests/test_regex.py::test_interegular_divergences``.)  Character classes that
+involve a Unicode category (``\\d``, ``\\w``, ``\\s``) or case folding are *computed by* ``re``: the
+class is matched once against the string of all code points (about 10 ms, cached per class and
+flags), so they agree with ``re`` by construction.
+
+**Anchors.**  ``^``, ``\\A`` at the start and ``$``, ``\\Z`` at the end are no-ops under full-match
+semantics.  Anchors elsewhere are supported exactly: they are compiled to marker edges and the
+NFA is multiplied by a ≤12-state automaton that tracks "nothing consumed yet", "last character
+was a newline" and the pending end-of-string constraint.  Python's ``$`` (without MULTILINE)
+also matches *before a final newline*: ``re.fullmatch("a$", "a\\n")`` is ``None`` (the match must
+end at the end of the string), but ``re.fullmatch("a$\\n", "a\\n")`` and ``re.search("a$", "a\\n")``
+match — and so do these automata.  ``re.MULTILINE`` ``^``/``$`` work at line boundaries.
+
+**Search mode** (``search=True``): ``re.search`` semantics, the language ``Σ* P Σ*`` with Σ any
+code point, except that a leading ``^``/``\\A`` drops the ``Σ*`` prefix, a trailing ``\\Z`` drops
+the suffix, and a trailing ``$`` leaves only an optional final ``"\\n"`` (Python ``re``).  JSON
+Schema ``pattern`` (ECMA-262) differs from Python in ``$`` (no final newline), ``\\d``/``\\w``
+(ASCII) and ``\\s``: call with ``flags=re.ASCII`` for ASCII ``\\d``/``\\w``.
+
+**Unsupported** (raise :class:`UnsupportedRegexError` with the construct's position):
+lookahead / lookbehind (positive or negative), backreferences, conditionals ``(?(1)...)``,
+word boundaries ``\\b``/``\\B``, atomic groups ``(?>...)`` and possessive quantifiers, and a
+counted repetition whose NFA would exceed :data:`MAX_NFA_STATES`.  Syntax errors raise
+:class:`InvalidRegexError` with ``re``'s message and position.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from functools import lru_cache
+
+import numpy as np
+
+from . import nfa as N
+from .automaton import TokenAutomaton
+from .errors import InvalidRegexError, UnsupportedRegexError
+from .nfa import ByteNFA
+from .vocabulary import TokenVocabulary
+
+try:  # Python >= 3.11
+    from re import _constants as _C
+    from re import _parser as _P
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as _C  # type: ignore[no-redef]
+    import sre_parse as _P  # type: ignore[no-redef]
+
+__all__ = ["regex_to_nfa", "compile_regex", "clear_regex_cache", "MAX_NFA_STATES"]
+
+#: Largest byte NFA (states, before finalization) a counted repetition may produce.  A
+#: ``[a-z]{1,100000}`` needs 200k states; lifting 1M states over a 128k vocabulary takes minutes.
+MAX_NFA_STATES = 1_000_000
+
+_MAXCP = N.MAX_CODEPOINT
+_I = re.IGNORECASE
+_M = re.MULTILINE
+_S = re.DOTALL
+_A = re.ASCII
+
+# Marker bits (above the 256 byte bits) for zero-width anchors; removed by _anchor_product.
+_BEG = 1 << 256  # \A, or ^ without MULTILINE: position 0
+_BOL = 1 << 257  # ^ with MULTILINE: position 0 or after "\n"
+_END = 1 << 258  # $ without MULTILINE: end, or before a final "\n"
+_EOL = 1 << 259  # $ with MULTILINE: end, or before any "\n"
+_ENDZ = 1 << 260  # \Z: end of string
+_MARKERS = _BEG | _BOL | _END | _EOL | _ENDZ
+_NL = 1 << 0x0A
+
+_UNSUPPORTED_AT = {
+    _C.AT_BOUNDARY: "word boundary \\b",
+    _C.AT_NON_BOUNDARY: "non-word-boundary \\B",
+}
+
+
+# --------------------------------------------------------------------------- code-point sets
+# A set of code points is a tuple of disjoint, sorted, non-adjacent inclusive ranges.
+
+Ranges = tuple[tuple[int, int], ...]
+
+
+def _norm(ranges) -> Ranges:
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            if hi > out[-1][1]:
+                out[-1][1] = hi
+        else:
+            out.append([lo, hi])
+    return tuple((a, b) for a, b in out)
+
+
+def _complement(ranges: Ranges) -> Ranges:
+    out = []
+    nxt = 0
+    for lo, hi in ranges:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= _MAXCP:
+        out.append((nxt, _MAXCP))
+    return tuple(out)
+
+
+_UNIVERSE: str | None = None
+_UNIVERSE_LOCK = threading.Lock()
+
+
+def _universe() -> str:
+    """Every Unicode scalar value once, in order (surrogates left out: no UTF-8 encoding)."""
+    global _UNIVERSE
+    with _UNIVERSE_LOCK:
+        if _UNIVERSE is None:
+            cps = np.concatenate([np.arange(0xD800), np.arange(0xE000, 0x110000)])
+            _UNIVERSE = cps.astype("<u4").tobytes().decode("utf-32-le")
+    return _UNIVERSE
+
+
+def _index_to_cp(i: int) -> int:
+    return i if i < 0xD800 else i + 0x800
+
+
+@lru_cache(maxsize=4096)
+def _scan_class(src: str, flags: int) -> Ranges:
+    """The code points ``re`` matches with the one-character pattern ``src`` under ``flags``,
+    found by matching ``(?:src)+`` against the string of all code points (exact by
+    construction; about 10 ms)."""
+    rx = re.compile(f"(?:{src})+", flags & (_I | _A))
+    runs = [(_index_to_cp(m.start()), _index_to_cp(m.end() - 1)) for m in rx.finditer(_universe())]
+    return _norm(runs)
+
+
+_CATEGORY_SRC = {
+    _C.CATEGORY_DIGIT: r"\d",
+    _C.CATEGORY_NOT_DIGIT: r"\D",
+    _C.CATEGORY_SPACE: r"\s",
+    _C.CATEGORY_NOT_SPACE: r"\S",
+    _C.CATEGORY_WORD: r"\w",
+    _C.CATEGORY_NOT_WORD: r"\W",
+}
+
+
+def _cp_src(c: int) -> str:
+    return f"\\U{c:08x}"
+
+
+def _class_ranges(items, flags: int) -> Ranges:
+    """Code points of an ``IN`` node's items (``LITERAL``, ``RANGE``, ``CATEGORY``, ``NEGATE``)."""
+    needs_re = bool(flags & _I) or any(op is _C.CATEGORY for op, _ in items)
+    if needs_re:
+        parts = []
+        for op, av in items:
+            if op is _C.NEGATE:
+                parts.insert(0, "^")
+            elif op is _C.LITERAL:
+                parts.append(_cp_src(av))
+            elif op is _C.RANGE:
+                parts.append(f"{_cp_src(av[0])}-{_cp_src(av[1])}")
+            elif op is _C.CATEGORY:
+                parts.append(_CATEGORY_SRC[av])
+            else:  # pragma: no cover - the parser produces nothing else inside a class
+                raise AssertionError(f"unexpected class item {op}")
+        return _scan_class("[" + "".join(parts) + "]", flags)
+    negate = False
+    rngs = []
+    for op, av in items:
+        if op is _C.NEGATE:
+            negate = True
+        elif op is _C.LITERAL:
+            rngs.append((av, av))
+        elif op is _C.RANGE:
+            rngs.append((av[0], av[1]))
+        else:  # pragma: no cover
+            raise AssertionError(f"unexpected class item {op}")
+    r = _norm(rngs)
+    return _complement(r) if negate else r
+
+
+def _literal_ranges(c: int, flags: int) -> Ranges:
+    if flags & _I:
+        return _scan_class(_cp_src(c), flags)
+    return ((c, c),)
+
+
+@lru_cache(maxsize=4096)
+def _class_nfa(ranges: Ranges) -> ByteNFA:
+    return N.codepoints(ranges)
+
+
+# --------------------------------------------------------------------------- positions
+
+
+def _scan_constructs(pattern: str, verbose: bool) -> list[tuple[str, int]]:
+    """(construct, position) of the unsupported constructs, in source order (lexical scan; the
+    parse tree says *which* construct is present, this says *where*)."""
+    out: list[tuple[str, int]] = []
+    n = len(pattern)
+    i = 0
+
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            nxt = pattern[i + 1] if i + 1 < n else ""
+            if nxt == "b":
+                out.append(("word boundary \\b", i))
+            elif nxt == "B":
+                out.append(("non-word-boundary \\B", i))
+            elif nxt.isdigit() and nxt != "0":
+                octal = pattern[i + 1:i + 4]
+                if not (len(octal) == 3 and all(c in "01234567" for c in octal)):
+                    out.append(("backreference", i))
+            i += 2
+            continue
+        if ch == "[":
+            j = i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            i = j + 1
+            continue
+        if verbose and ch == "#":
+            j = pattern.find("\n", i)
+            i = n if j < 0 else j + 1
+            continue
+        if ch == "(" and pattern.startswith("(?", i):
+            rest = pattern[i + 2:i + 5]
+            for prefix, kind in (("<=", "lookbehind"), ("<!", "negative lookbehind"),
+                                 ("=", "lookahead"), ("!", "negative lookahead"),
+                                 (">", "atomic group"), ("(", "conditional"),
+                                 ("P=", "backreference")):
+                if rest.startswith(prefix):
+                    out.append((kind, i))
+                    break
+            if rest.startswith("#"):
+                j = pattern.find(")", i)
+                i = n if j < 0 else j + 1
+                continue
+            i += 2
+            continue
+        if ch in "*+?":
+            j = i + 1
+            if j < n and pattern[j] in "?":
+                j += 1
+            elif j < n and pattern[j] == "+":
+                out.append(("possessive quantifier", j))
+                j += 1
+            i = j
+            continue
+        if ch == "{":
+            m = re.match(r"\{\d*(,\d*)?\}", pattern[i:])
+            if m and m.group(0) not in ("{}", "{,}"):
+                j = i + m.end()
+                if j < n and pattern[j] == "+":
+                    out.append(("possessive quantifier", j))
+                    j += 1
+                i = j
+                continue
+        i += 1
+    return out
+
+
+# --------------------------------------------------------------------------- construction
+
+
+def _marker(bit: int) -> ByteNFA:
+    return ByteNFA(2, 0, frozenset({1}), ((0, bit, 1),))
+
+
+class _Builder:
+    def __init__(self, pattern: str, verbose: bool):
+        self.pattern = pattern
+        self.verbose = verbose
+        self.markers = False
+        self._scan: list[tuple[str, int]] | None = None
+
+    def position(self, construct: str, text: str | None = None) -> int | None:
+        if self._scan is None:
+            self._scan = _scan_constructs(self.pattern, self.verbose)
+        for kind, pos in self._scan:
+            if kind == construct:
+                return pos
+        if text is not None:
+            i = self.pattern.find(text)
+            return i if i >= 0 else None
+        return None
+
+    def unsupported(self, construct: str) -> UnsupportedRegexError:
+        return UnsupportedRegexError(construct, self.pattern, self.position(construct))
+
+    # -- walking the parse tree
+    def seq(self, items, flags: int) -> ByteNFA:
+        parts: list[ByteNFA] = []
+        lit = bytearray()
+        for op, av in items:
+            if op is _C.LITERAL and (not flags & _I or _literal_ranges(av, flags) == ((av, av),)):
+                if 0xD800 <= av <= 0xDFFF:  # a lone surrogate: no UTF-8 string contains it
+                    parts.append(N.nothing())
+                else:
+                    lit += chr(av).encode("utf-8")
+                continue
+            if lit:
+                parts.append(N.literal(bytes(lit)))
+                lit = bytearray()
+            parts.append(self.node(op, av, flags))
+        if lit:
+            parts.append(N.literal(bytes(lit)))
+        return N.concat(*parts)
+
+    def node(self, op, av, flags: int) -> ByteNFA:
+        if op is _C.LITERAL:
+            return _class_nfa(_literal_ranges(av, flags))
+        if op is _C.NOT_LITERAL:
+            return _class_nfa(_complement(_literal_ranges(av, flags)))
+        if op is _C.ANY:
+            return _class_nfa(((0, _MAXCP),) if flags & _S else ((0, 9), (11, _MAXCP)))
+        if op is _C.IN:
+            return _class_nfa(_class_ranges(av, flags))
+        if op is _C.BRANCH:
+            return N.union(*(self.seq(b, flags) for b in av[1]))
+        if op is _C.SUBPATTERN:
+            _group, add, rem, sub = av
+            return self.seq(sub, (flags | add) & ~rem)
+        if op is _C.MAX_REPEAT or op is _C.MIN_REPEAT:
+            lo, hi, sub = av
+            hi = None if hi is _C.MAXREPEAT or hi == _C.MAXREPEAT else int(hi)
+            body = self.seq(sub, flags)
+            copies = max(lo, hi if hi is not None else lo + 1)
+            if body.num_states * copies > MAX_NFA_STATES:
+                text = f"{{{lo},{'' if hi is None else hi}}}" if lo != hi else f"{{{lo}}}"
+                raise UnsupportedRegexError(
+                    f"repetition {text} of a {body.num_states}-state subexpression (over "
+                    f"MAX_NFA_STATES={MAX_NFA_STATES})",
+                    self.pattern, self.position("", text),
+                )
+            return N.repeat(body, int(lo), hi)
+        if op is _C.AT:
+            self.markers = True
+            if av is _C.AT_BEGINNING:
+                return _marker(_BOL if flags & _M else _BEG)
+            if av is _C.AT_BEGINNING_STRING:
+                return _marker(_BEG)
+            if av is _C.AT_END:
+                return _marker(_EOL if flags & _M else _END)
+            if av is _C.AT_END_STRING:
+                return _marker(_ENDZ)
+            raise self.unsupported(_UNSUPPORTED_AT.get(av, f"anchor {av}"))
+        if op is _C.ASSERT or op is _C.ASSERT_NOT:
+            neg = "negative " if op is _C.ASSERT_NOT else ""
+            raise self.unsupported(neg + ("lookbehind" if av[0] < 0 else "lookahead"))
+        if op is _C.GROUPREF:
+            raise self.unsupported("backreference")
+        if op is _C.GROUPREF_EXISTS:
+            raise self.unsupported("conditional")
+        if op is getattr(_C, "ATOMIC_GROUP", None):
+            raise self.unsupported("atomic group")
+        if op is getattr(_C, "POSSESSIVE_REPEAT", None):
+            raise self.unsupported("possessive quantifier")
+        raise UnsupportedRegexError(str(op).lower(), self.pattern, None)  # pragma: no cover
+
+
+def _is_anchor(item, codes) -> bool:
+    return item[0] is _C.AT and item[1] in codes
+
+
+_LEAD = (_C.AT_BEGINNING, _C.AT_BEGINNING_STRING)
+_TRAIL = (_C.AT_END, _C.AT_END_STRING)
+
+
+def _strip(items, lead: bool) -> list:
+    """Drop anchors that are no-ops under full-match semantics: ``^``/``\\A`` in leading position,
+    ``$``/``\\Z`` in trailing position (descending into leading/trailing groups and branches)."""
+    items = list(items)
+    idx = 0 if lead else -1
+    codes = _LEAD if lead else _TRAIL
+    while items and _is_anchor(items[idx], codes):
+        items.pop(idx)
+    if items:
+        op, av = items[idx]
+        if op is _C.SUBPATTERN:
+            items[idx] = (op, (av[0], av[1], av[2], _strip(av[3], lead)))
+        elif op is _C.BRANCH:
+            items[idx] = (op, (av[0], [_strip(b, lead) for b in av[1]]))
+    return items
+
+
+def _anchor_product(a: ByteNFA) -> ByteNFA:
+    """Remove anchor markers exactly: the product of ``a`` with the automaton tracking
+    (consumed anything?, last character a newline?, pending end constraint).
+
+    Pending constraints on the rest of the string, from weakest to strictest:
+    0 none, 1 "empty or starts with \\n" (``$`` MULTILINE), 2 "empty or exactly \\n"
+    (``$``), 3 "empty" (``\\Z``).  Marker edges become epsilons; everything is reached from the
+    start, so the result is at most 12× the input.
+    """
+    out_b: list[list[tuple[int, int]]] = [[] for _ in range(a.num_states)]
+    out_m: list[list[tuple[int, int]]] = [[] for _ in range(a.num_states)]
+    for s, m, d in a.edges:
+        if m & _MARKERS:
+            out_m[s].append((m, d))
+        else:
+            out_b[s].append((m, d))
+    out_e: list[list[int]] = [[] for _ in range(a.num_states)]
+    for s, d in a.epsilons:
+        out_e[s].append(d)
+
+    def on_byte(t: int, nl: bool) -> int:
+        pend = t >> 2
+        if pend == 3 or (pend and not nl):
+            return -1
+        pend = 0 if pend == 1 else (3 if pend == 2 else 0)
+        return 1 | (2 if nl else 0) | (pend << 2)
+
+    def on_marker(t: int, m: int) -> int:
+        consumed, last_nl, pend = t & 1, t & 2, t >> 2
+        if m == _BEG:
+            return t if not consumed else -1
+        if m == _BOL:
+            return t if (not consumed or last_nl) else -1
+        need = {_EOL: 1, _END: 2, _ENDZ: 3}[m]
+        return (t & 3) | (max(pend, need) << 2)
+
+    ids: dict[tuple[int, int], int] = {(a.start, 0): 0}
+    stack = [(a.start, 0)]
+    edges: list[tuple[int, int, int]] = []
+    eps: list[tuple[int, int]] = []
+
+    def get(key) -> int:
+        i = ids.get(key)
+        if i is None:
+            i = ids[key] = len(ids)
+            stack.append(key)
+        return i
+
+    while stack:
+        q, t = key = stack.pop()
+        src = ids[key]
+        for d in out_e[q]:
+            eps.append((src, get((d, t))))
+        for m, d in out_m[q]:
+            t2 = on_marker(t, m)
+            if t2 >= 0:
+                eps.append((src, get((d, t2))))
+        for m, d in out_b[q]:
+            for part, nl in ((m & _NL, True), (m & ~_NL, False)):
+                if part:
+                    t2 = on_byte(t, nl)
+                    if t2 >= 0:
+                        edges.append((src, part, get((d, t2))))
+    finals = frozenset(i for (q, _t), i in ids.items() if q in a.finals)
+    return ByteNFA(len(ids), 0, finals, tuple(edges), tuple(eps))
+
+
+def _parse(pattern: str, flags: int):
+    if not isinstance(pattern, str):
+        raise TypeError(f"pattern must be a str, not {type(pattern).__name__}")
+    if flags & re.LOCALE:
+        raise InvalidRegexError("re.LOCALE is only valid with bytes patterns", pattern, None)
+    try:
+        return _P.parse(pattern, flags)
+    except re.error as e:
+        raise InvalidRegexError(e.msg, pattern, e.pos) from None
+    except (RecursionError, OverflowError) as e:  # deeply nested groups, huge repeat counts
+        raise InvalidRegexError(f"{type(e).__name__}: {e}", pattern, None) from None
+
+
+def _build(items, flags: int, search: bool, b: _Builder) -> ByteNFA:
+    items = list(items)
+    if not search:
+        return b.seq(_strip(_strip(items, True), False), flags)
+    # search: Σ* P Σ*, distributing over a top-level alternation so that anchored branches
+    # (`^a$|b`) keep their cheap form.
+    if len(items) == 1 and items[0][0] is _C.BRANCH:
+        return N.union(*(_build(br, flags, True, b) for br in items[0][1][1]))
+    if len(items) == 1 and items[0][0] is _C.SUBPATTERN:
+        _g, add, rem, sub = items[0][1]
+        return _build(sub, (flags | add) & ~rem, True, b)
+    prefix = [N.star(N.any_codepoint())]
+    suffix = [N.star(N.any_codepoint())]
+    if items and _is_anchor(items[0], _LEAD) and not (
+        items[0][1] is _C.AT_BEGINNING and flags & _M
+    ):
+        items.pop(0)
+        prefix = []
+    if items and items[-1][0] is _C.AT:
+        code = items[-1][1]
+        if code is _C.AT_END_STRING:
+            items.pop()
+            suffix = []
+        elif code is _C.AT_END and not flags & _M:
+            items.pop()
+            suffix = [N.optional(N.literal(b"\n"))]
+    return N.concat(*prefix, b.seq(items, flags), *suffix)
+
+
+def regex_to_nfa(pattern: str, *, flags: int = 0, search: bool = False) -> ByteNFA:
+    """Compile a Python ``re`` pattern to a byte-level NFA (see the module docstring).
+
+    Args:
+        pattern: the regular expression (``str``; Python ``re`` syntax).
+        flags: ``re`` flags (``re.IGNORECASE``, ``re.DOTALL``, ``re.MULTILINE``, ``re.ASCII``,
+            ``re.VERBOSE``); inline flags in the pattern are honoured too.
+        search: ``False`` — full-match semantics (``re.fullmatch``): the whole byte string must
+            match; ``True`` — ``re.search`` semantics: some substring matches.
+
+    Returns:
+        A :class:`~.nfa.ByteNFA` over bytes accepting exactly the UTF-8 encodings of the matching
+        strings (not finalized; :func:`~.nfa.finalize` it or lift it with
+        :meth:`TokenAutomaton.from_byte_nfa`).
+
+    Raises:
+        InvalidRegexError: ``re`` rejects the pattern (message and position from ``re``).
+        UnsupportedRegexError: a non-regular or unsupported construct, with its position.
+    """
+    parsed = _parse(pattern, flags)
+    gflags = parsed.state.flags
+    b = _Builder(pattern, bool(gflags & re.VERBOSE))
+    out = _build(parsed, gflags, search, b)
+    if b.markers:
+        out = _anchor_product(out)
+    return out
+
+
+# --------------------------------------------------------------------------- token automata
+
+_CACHE: OrderedDict[tuple, TokenAutomaton] = OrderedDict()
+_CACHE_SIZE = 256
+_CACHE_LOCK = threading.Lock()
+
+
+def compile_regex(
+    pattern: str, vocab: TokenVocabulary, *, flags: int = 0, search: bool = False
+) -> TokenAutomaton:
+    """Compile ``pattern`` into a :class:`~.automaton.TokenAutomaton` over ``vocab``.
+
+    ``accepts(ids)`` is true iff the bytes of ``ids`` are the UTF-8 encoding of a string ``s``
+    with ``re.fullmatch(pattern, s, flags)`` (``re.search`` when ``search=True``).  Results are
+    cached in-process (LRU, 256 entries) by ``(pattern, flags, search, vocab.fingerprint)``: the
+    same frozen object is returned again.
+
+    Raises:
+        InvalidRegexError, UnsupportedRegexError: see :func:`regex_to_nfa`.
+        EmptyLanguageError: no token sequence over ``vocab`` matches.
+    """
+    key = (pattern, int(flags), bool(search), vocab.fingerprint)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit
+    byte_nfa = regex_to_nfa(pattern, flags=flags, search=search)
+    meta = {"kind": "regex", "pattern": pattern}
+    if flags:
+        meta["flags"] = int(flags)
+    if search:
+        meta["search"] = True
+    out = TokenAutomaton.from_byte_nfa(byte_nfa, vocab, meta=meta)
+    with _CACHE_LOCK:
+        out = _CACHE.setdefault(key, out)
+        _CACHE.move_to_end(key)
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return out
+
+
+def clear_regex_cache() -> None:
+    """Empty the :func:`compile_regex` cache (and the per-class caches)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+    _scan_class.cache_clear()
+    _class_nfa.cache_clear()
