@@ -63,14 +63,22 @@ class _SubsetTable:
         cls, ncls = byte_classes(masks)
         self.class_of_byte = np.array(cls, dtype=np.int64)
         self.num_classes = ncls
-        rep = [0] * ncls
-        for b in range(255, -1, -1):
-            rep[cls[b]] = b
-        # per NFA state: list of (classes covered, dst)
+        rep_mask = 0  # one representative byte per class
+        seen: set[int] = set()
+        for b in range(256):
+            if cls[b] not in seen:
+                seen.add(cls[b])
+                rep_mask |= 1 << b
+        # per NFA state: list of (classes covered, dst); only the covered classes are visited
         self.out: list[list[tuple[tuple[int, ...], int]]] = [[] for _ in range(nfa.num_states)]
         for s, m, d in nfa.edges:
-            covered = tuple(c for c in range(ncls) if (m >> rep[c]) & 1)
-            self.out[s].append((covered, d))
+            covered = []
+            mm = m & rep_mask
+            while mm:
+                low = mm & -mm
+                covered.append(cls[low.bit_length() - 1])
+                mm ^= low
+            self.out[s].append((tuple(covered), d))
         self.members: list[tuple[int, ...]] = [()]
         self.ids: dict[tuple[int, ...], int] = {(): 0}
         self.table = np.full((max(64, nfa.num_states + 1), ncls), -1, dtype=np.int64)
@@ -98,13 +106,30 @@ class _SubsetTable:
         self.expanded += 1
 
 
-# Walking the class trie pays once the start states together can read many first bytes: its
-# build costs about one permissive walk of the byte trie (plus ~2 ms of fixed work), after which
-# every walk is over a trie tens of times smaller.  Llama-3, one loaded run: email (3 permissive
-# states) 106 -> 64 ms, "[^"\\]{0,40}" inside a JSON object (40 such states) 3958 -> 1020 ms;
-# a date regex (fan-out 11 per state) would go 1.2 -> 13.6 ms, so small totals keep the byte trie.
+# The class trie pays once the estimated byte-trie walk of all start states exceeds about one and
+# a half walks of the whole trie: building it costs about one walk (plus ~2 ms of fixed work),
+# after which every walk is over a trie tens of times smaller.  Llama-3, one loaded run: email
+# (3 permissive states) 106 -> 64 ms, "[^"\\]{0,40}" inside a JSON object (40 such states)
+# 3958 -> 1020 ms; an ISO date-time (30 digit states, small subtrees) 1 -> 23 ms had it been used.
 _USE_CLASS_TRIE = True
-_CLASS_TRIE_FANOUT = 192
+_CLASS_TRIE_WORK = 1.5
+
+
+def _root_subtree_sizes(vocab: TokenVocabulary) -> np.ndarray:
+    """int64 [256]: byte-trie nodes under each first byte (cached on the vocabulary)."""
+    out = vocab._memo.get("root_subtree_sizes")
+    if out is None:
+        trie = vocab.trie
+        anc = np.zeros(trie.num_nodes, dtype=np.int64)
+        lp = trie.level_ptr
+        if trie.num_nodes > 1:
+            anc[lp[1]:lp[2]] = trie.byte[lp[1]:lp[2]]
+            for d in range(2, trie.max_depth + 1):
+                lo, hi = int(lp[d]), int(lp[d + 1])
+                anc[lo:hi] = anc[trie.parent[lo:hi]]
+        out = np.bincount(anc[1:], minlength=256).astype(np.int64)
+        vocab._memo["root_subtree_sizes"] = out
+    return out
 
 
 @dataclass(frozen=True)
@@ -185,15 +210,18 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     single = np.array([subsets.intern((s,)) for s in range(S)], dtype=np.int64)
     for sid in np.unique(single):
         subsets.expand(int(sid))
-    cls_size = np.bincount(subsets.class_of_byte, minlength=subsets.num_classes)
-    fanout = ((subsets.table[single] != 0) * cls_size[None, :]).sum(axis=1)
-    if _USE_CLASS_TRIE and int(fanout.sum()) >= _CLASS_TRIE_FANOUT:
+    # Estimated byte-trie walk: for each start, the trie nodes under the first bytes it can read
+    # (an upper bound: deeper bytes may die).  The class trie's build costs about one full walk.
+    first = subsets.table[single][:, subsets.class_of_byte] != 0  # [S, 256]
+    est = int((first * _root_subtree_sizes(vocab)[None, :]).sum())
+    use_class = _USE_CLASS_TRIE and est >= _CLASS_TRIE_WORK * vocab.trie.num_nodes
+    if use_class:
         trie = _class_trie(vocab.trie, subsets.class_of_byte, subsets.num_classes)
-        byte_cls = trie.cls
+        node_cls = trie.cls
     else:
         trie = vocab.trie
-        byte_cls = subsets.class_of_byte[trie.byte.astype(np.int64)]
-    has_term = (trie.term_ptr[1:] - trie.term_ptr[:-1]) > 0
+        node_cls = None
+    tp_all = trie.term_ptr
     rec_start: list[np.ndarray] = []
     rec_node: list[np.ndarray] = []
     rec_state: list[np.ndarray] = []
@@ -216,12 +244,13 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
         if miss.any():
             for sid in np.unique(src_state[miss]):
                 subsets.expand(int(sid))
-        nd = subsets.table[src_state, byte_cls[child]]
+        cc = node_cls[child] if node_cls is not None else subsets.class_of_byte[trie.byte[child]]
+        nd = subsets.table[src_state, cc]
         keep = nd != 0
         starts = np.repeat(starts, counts)[keep]
         node = child[keep]
         dstate = nd[keep]
-        term = has_term[node]
+        term = tp_all[node + 1] > tp_all[node]
         if term.any():
             rec_start.append(starts[term])
             rec_node.append(node[term])
