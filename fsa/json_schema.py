@@ -1,0 +1,1734 @@
+"""JSON Schema → byte NFA → :class:`~.automaton.TokenAutomaton` (paper 002, §5.2 and §5.5).
+
+The automaton accepts exactly the *canonical serializations* (below) of the instances that are
+valid against the schema (Draft 2020-12 semantics; Draft 7/6/4 documents are accepted and read
+with their own ``items``/``additionalItems``/``$ref``/``exclusiveMaximum`` rules).  It is built
+compositionally from the :mod:`.nfa` primitives — literals, code-point classes, concatenation,
+union, bounded repetition and, for ``allOf``-style conjunctions of string/number constraints, the
+product :func:`~.nfa.intersect` — and is never determinized.  Sub-automata are shared: every
+(sub-schema conjunction, recursion context) is compiled once and the same :class:`ByteNFA` object
+is reused wherever it occurs.
+
+Canonical serialization (what :func:`serialize_instance` writes and the automaton accepts)
+----------------------------------------------------------------------------------------
+* Compact separators, like ``json.dumps(x, separators=(",", ":"), ensure_ascii=False)``.  With
+  ``whitespace="flexible"``, each gap inside an object or array (after ``{``/``[``, around ``:``
+  and ``,``, before ``}``/``]``) may hold up to ``max_whitespace`` characters of ``[ \\t\\n\\r]``:
+  bounded, never unbounded.
+* Strings: exactly the escapes ``json.dumps(..., ensure_ascii=False)`` produces: ``\\"``, ``\\\\``,
+  ``\\b \\f \\n \\r \\t``, and ``\\u00xx`` (lowercase hex) for the other control characters;
+  every other character (including U+007F and non-ASCII) is written raw as UTF-8.  So every
+  string has one serialization, ``minLength``/``maxLength`` count code points, and
+  ``pattern``/``format`` apply to the decoded characters: the pattern's byte automaton (over
+  decoded UTF-8) is rewritten so that each ``"``, ``\\`` or control byte on an edge becomes its
+  escape sequence — exact, because those characters are single ASCII bytes that never occur
+  inside a multi-byte UTF-8 sequence.
+* Numbers: canonical decimals without exponent (``1.0`` → ``1``, ``1e-05`` → ``0.00001``; see
+  :mod:`.json_formats`).  ``integer`` is "a number with zero fractional part", so ``1.0`` *is* an
+  integer and is written ``1``.
+* Object keys: with ``property_order="schema"`` (default), the declared properties in schema order
+  (``properties`` of the merged conjunction in order of first appearance, then keys that are only
+  ``required``), then any additional keys.  With ``property_order="any"``: any order.  Values of
+  ``enum``/``const`` are written with the key order they have in the schema.
+
+Semantics of keywords
+---------------------
+* Sibling keywords, ``allOf`` and ``$ref`` (siblings of ``$ref`` ignored before 2019-09) form a
+  *conjunction* that is merged before building (object constraints by property; string and
+  number constraints by automaton product).  ``anyOf``/``oneOf`` are distributed over the
+  conjunction (at most :data:`MAX_COMBINATIONS` leaves per schema).
+* ``oneOf`` is exact when its branches are provably disjoint: different JSON types, disjoint
+  non-object languages (empty :func:`~.nfa.intersect`), or objects with a required property whose
+  value languages are disjoint (a discriminator).  Otherwise :class:`UnsupportedSchemaError`, or,
+  with ``lenient=True``, ``anyOf`` and a warning.
+* Recursive ``$ref`` is unrolled ``max_recursion_depth`` times; deeper occurrences are dropped
+  (the automaton accepts a *subset*: instances nested deeper are not generated), with a warning.
+* ``patternProperties`` is supported for declared keys, and for additional keys when the patterns
+  are pairwise disjoint and ``additionalProperties`` is ``false`` (or the pattern schemas are
+  trivially true) — otherwise the key language needs a regex complement.
+* Additional (undeclared) keys exclude all declared names.  They cannot be made pairwise distinct
+  by a finite automaton: two *additional* keys may repeat (declared keys never do).
+* Not supported (:class:`UnsupportedSchemaError`; dropped with a warning under ``lenient``):
+  ``not``, ``if``/``then``/``else``, ``dependentRequired``/``dependentSchemas``/``dependencies``,
+  ``uniqueItems: true`` (unless ``maxItems <= 1``), ``contains`` with ``maxContains``,
+  ``unevaluated*`` (other than ``true``), ``$dynamicRef``, non-local ``$ref``, formats the
+  ``jsonschema`` package checks that have no automaton here.  Other unknown keywords are
+  annotations by the JSON Schema spec and are ignored; ``meta["ignored_keywords"]`` lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+from decimal import Decimal
+from typing import Any
+
+from . import nfa as N
+from .errors import InvalidSchemaError, UnsupportedSchemaError
+from .json_formats import (
+    FORMATS,
+    canonical_number,
+    format_nfa,
+    multiple_of,
+    number_nfa,
+    number_range,
+)
+from .nfa import ByteNFA
+
+__all__ = [
+    "compile_json_schema",
+    "json_schema_to_nfa",
+    "serialize_instance",
+    "JsonSchemaCompiler",
+    "MAX_COMBINATIONS",
+    "MAX_ANY_ORDER_PROPERTIES",
+]
+
+#: Most anyOf/oneOf leaves one schema node may distribute into.
+MAX_COMBINATIONS = 256
+#: Most declared properties an object may have under ``property_order="any"`` (2^n subsets).
+MAX_ANY_ORDER_PROPERTIES = 8
+#: Most patternProperties patterns per object (additional keys split into 2^n regions).
+MAX_PATTERN_PROPERTIES = 4
+#: Largest subset construction for the complement of a patternProperties pattern.
+MAX_COMPLEMENT_STATES = 4000
+#: Largest byte NFA (states, before finalization) the compiler builds before refusing.
+MAX_STATES = 2_000_000
+
+_ALL_TYPES = frozenset({"null", "boolean", "integer", "fraction", "string", "array", "object"})
+_TYPE_MAP = {
+    "null": {"null"},
+    "boolean": {"boolean"},
+    "integer": {"integer"},
+    "number": {"integer", "fraction"},
+    "string": {"string"},
+    "array": {"array"},
+    "object": {"object"},
+}
+_SUPPORTED = {
+    "type", "enum", "const", "properties", "required", "additionalProperties",
+    "patternProperties", "propertyNames", "minProperties", "maxProperties", "items",
+    "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
+    "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "anyOf", "oneOf", "allOf", "$ref", "contains", "minContains",
+}
+_ANNOTATIONS = {
+    "title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+    "writeOnly", "$schema", "$id", "id", "$anchor", "$dynamicAnchor", "$recursiveAnchor",
+    "$vocabulary", "$defs", "definitions", "contentEncoding", "contentMediaType",
+    "contentSchema",
+}
+_UNSUPPORTED = {
+    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+    "uniqueItems", "maxContains", "unevaluatedProperties", "unevaluatedItems",
+    "$dynamicRef", "$recursiveRef", "extends", "disallow", "divisibleBy",
+}
+#: Formats the ``jsonschema`` package can check (with its optional dependencies) but that have no
+#: automaton here: refusing them keeps the compiler sound against a format-checking validator.
+_CHECKED_FORMATS = {
+    "idn-email", "idn-hostname", "regex", "uri-reference", "iri", "iri-reference",
+    "json-pointer", "relative-json-pointer", "uri-template", "color",
+}
+
+_WS_MASK = N.mask_of(b" \t\n\r")
+#: Keywords that constrain instances (a node with none of these accepts everything).
+_VALIDATION = (_SUPPORTED | _UNSUPPORTED) - {"allOf", "anyOf", "oneOf", "$ref"}
+
+# --------------------------------------------------------------------------- strings
+
+_RAW_RANGES = [(0x20, 0x21), (0x23, 0x5B), (0x5D, N.MAX_CODEPOINT)]
+_SPECIAL_BYTES = list(range(0x20)) + [0x22, 0x5C]
+_SHORT_ESC = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r",
+              0x09: "\\t"}
+
+
+def _esc(b: int) -> bytes:
+    return (_SHORT_ESC.get(b) or f"\\u{b:04x}").encode()
+
+
+def _escapes(specials: list[int]) -> ByteNFA:
+    """Union of the canonical escapes of the given special bytes, as a small trie."""
+    if not specials:
+        return N.nothing()
+    trie: dict[bytes, None] = {_esc(b): None for b in specials}
+    b = _Trie()
+    for e in trie:
+        b.add(e)
+    return b.nfa()
+
+
+class _Trie:
+    def __init__(self) -> None:
+        self.children: list[dict[int, int]] = [{}]
+        self.ends: set[int] = set()
+
+    def add(self, data: bytes) -> None:
+        s = 0
+        for byte in data:
+            nxt = self.children[s].get(byte)
+            if nxt is None:
+                nxt = len(self.children)
+                self.children.append({})
+                self.children[s][byte] = nxt
+            s = nxt
+        self.ends.add(s)
+
+    def nfa(self) -> ByteNFA:
+        edges = tuple((s, 1 << byte, d) for s, ch in enumerate(self.children)
+                      for byte, d in ch.items())
+        return ByteNFA(len(self.children), 0, frozenset(self.ends), edges)
+
+
+_CHAR = N.finalize(N.union(N.codepoints(_RAW_RANGES), _escapes(_SPECIAL_BYTES)))
+_BODY = N.finalize(N.star(_CHAR))
+_QUOTE = N.literal('"')
+_CONTENT = N.finalize(N.star(N.any_codepoint()))  # decoded string contents (valid UTF-8)
+
+
+def _escape_subst(a: ByteNFA) -> ByteNFA:
+    """Rewrite an automaton over decoded UTF-8 content into one over canonical JSON string
+    bodies: every special byte (``"``, ``\\``, controls) on an edge becomes its escape chain."""
+    a = N.finalize(a, reduce=False)
+    special = N.mask_of(_SPECIAL_BYTES)
+    edges = []
+    n = a.num_states
+    for s, m, d in a.edges:
+        safe = m & ~special
+        if safe:
+            edges.append((s, safe, d))
+        sp = m & special
+        while sp:
+            low = sp & -sp
+            sp ^= low
+            esc = _esc(low.bit_length() - 1)
+            prev = s
+            for i, byte in enumerate(esc):
+                nxt = d if i == len(esc) - 1 else n
+                if nxt == n:
+                    n += 1
+                edges.append((prev, 1 << byte, nxt))
+                prev = nxt
+    return ByteNFA(n, a.start, a.finals, tuple(edges))
+
+
+def _body_excluding(names: list[str]) -> ByteNFA:
+    """Canonical string bodies whose decoded value is none of ``names`` (exact, O(total length))."""
+    if not names:
+        return _BODY
+    # trie over characters
+    children: list[dict[str, int]] = [{}]
+    ends: set[int] = set()
+    for name in names:
+        s = 0
+        for ch in name:
+            nxt = children[s].get(ch)
+            if nxt is None:
+                nxt = len(children)
+                children.append({})
+                children[s][ch] = nxt
+            s = nxt
+        ends.add(s)
+    n_trie = len(children)
+    edges: list[tuple[int, int, int]] = []
+    eps: list[tuple[int, int]] = []
+    n = n_trie
+    free = n  # after a deviation: any body
+    n += 1
+    body = _BODY.shifted(n)
+    n += _BODY.num_states
+    edges.extend(body.edges)
+    eps.append((free, body.start))
+    finals = set(body.finals) | {free}
+    for s in range(n_trie):
+        if s not in ends:
+            finals.add(s)
+        kids = children[s]
+        raw_excl = sorted(ord(c) for c in kids if ord(c) >= 0x20 and c not in '"\\')
+        ranges = []
+        for lo, hi in _RAW_RANGES:
+            cur = lo
+            for x in raw_excl:
+                if lo <= x <= hi and x >= cur:
+                    if x > cur:
+                        ranges.append((cur, x - 1))
+                    cur = x + 1
+            if cur <= hi:
+                ranges.append((cur, hi))
+        spec = [b for b in _SPECIAL_BYTES if chr(b) not in kids]
+        dev = N.union(N.codepoints(ranges), _escapes(spec))
+        dev = dev.shifted(n)
+        n += dev.num_states
+        edges.extend(dev.edges)
+        eps.extend(dev.epsilons)
+        eps.append((s, dev.start))
+        eps.extend((f, free) for f in dev.finals)
+        for ch, child in kids.items():
+            o = ord(ch)
+            enc = _esc(o) if o < 0x20 or ch in '"\\' else ch.encode()
+            prev = s
+            for i, byte in enumerate(enc):
+                nxt = child if i == len(enc) - 1 else n
+                if nxt == n:
+                    n += 1
+                edges.append((prev, 1 << byte, nxt))
+                prev = nxt
+    return ByteNFA(n, 0, frozenset(finals), tuple(edges), tuple(eps))
+
+
+def _json_str(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------- ECMA-262 patterns
+
+_ECMA_SPACE = ("\\t\\n\\x0b\\x0c\\r \\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f"
+               "\\u3000\\ufeff")
+
+
+def _ecma_to_python(pattern: str) -> str:
+    """Rewrite the ECMA-262 constructs whose Python meaning differs: ``$`` (end of input only),
+    ``.`` (not a line terminator), ``\\s``/``\\S`` (ECMA white space); ``\\d``/``\\w`` are made
+    ASCII by the caller with ``re.ASCII``."""
+    out = []
+    i = 0
+    in_class = False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if nxt == "s":
+                out.append(_ECMA_SPACE if in_class else f"[{_ECMA_SPACE}]")
+            elif nxt == "S":
+                if in_class:
+                    raise ValueError("\\S inside a character class")
+                out.append(f"[^{_ECMA_SPACE}]")
+            elif nxt == "d":
+                out.append("0-9" if in_class else "[0-9]")
+            elif nxt == "D":
+                if in_class:
+                    raise ValueError("\\D inside a character class")
+                out.append("[^0-9]")
+            else:
+                out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+            out.append(c)
+        elif c == "[":
+            in_class = True
+            out.append(c)
+            if pattern[i + 1:i + 2] == "^":
+                out.append("^")
+                i += 1
+            if pattern[i + 1:i + 2] == "]":  # ECMA "[]" is an empty class; Python: a literal "]"
+                raise ValueError("empty character class")
+        elif c == "$":
+            out.append(r"\Z")
+        elif c == ".":
+            out.append("[^\\n\\r\\u2028\\u2029]")
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _json_eq(a: Any, b: Any) -> bool:
+    """JSON equality: 1 == 1.0, but true != 1; objects by key set, arrays by position."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        try:
+            return Decimal(repr(a) if isinstance(a, float) else a) == Decimal(
+                repr(b) if isinstance(b, float) else b)
+        except Exception:
+            return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_eq(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_eq(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"{v!r} is not a JSON value")
+        return "integer" if v == int(v) else "fraction"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    raise TypeError(f"not a JSON value: {v!r}")
+
+
+def _dumps(v: Any, order_like: Any = None) -> str:
+    """Canonical compact serialization of ``v`` (object keys in ``v``'s own order, or in the
+    order of the JSON-equal value ``order_like``)."""
+    if isinstance(v, dict):
+        keys = list(order_like.keys()) if isinstance(order_like, dict) else list(v.keys())
+        keys = [k for k in keys if k in v] + [k for k in v if k not in keys]
+        return "{" + ",".join(
+            _json_str(k) + ":" + _dumps(v[k], order_like.get(k) if isinstance(order_like, dict)
+                                          else None) for k in keys) + "}"
+    if isinstance(v, list):
+        ol = order_like if isinstance(order_like, list) else [None] * len(v)
+        return "[" + ",".join(_dumps(x, o) for x, o in zip(v, ol)) + "]"
+    if isinstance(v, bool) or v is None:
+        return json.dumps(v)
+    if isinstance(v, (int, float)):
+        return canonical_number(v)
+    if isinstance(v, str):
+        return _json_str(v)
+    raise TypeError(f"not a JSON value: {v!r}")
+
+
+def _ptr(base: str, *parts: Any) -> str:
+    out = base
+    for p in parts:
+        out += "/" + str(p).replace("~", "~0").replace("/", "~1")
+    return out
+
+
+def _first_bytes(a: ByteNFA) -> int:
+    f = N.finalize(a)
+    m = 0
+    for s, mask, _ in f.edges:
+        if s == f.start:
+            m |= mask
+    return m
+
+
+def _is_empty(a: ByteNFA) -> bool:
+    """Whether no final state is reachable (epsilons included): O(states + edges)."""
+    if not a.finals:
+        return True
+    hit = a._cache.get("is_empty")
+    if hit is not None:
+        return hit
+    succ: dict[int, list[int]] = {}
+    for s, _m, d in a.edges:
+        succ.setdefault(s, []).append(d)
+    for s, d in a.epsilons:
+        succ.setdefault(s, []).append(d)
+    seen = {a.start}
+    stack = [a.start]
+    out = True
+    while stack:
+        x = stack.pop()
+        if x in a.finals:
+            out = False
+            break
+        for y in succ.get(x, ()):
+            if y not in seen:
+                seen.add(y)
+                stack.append(y)
+    a._cache["is_empty"] = out
+    return out
+
+
+def _has_byte(a: ByteNFA, byte: int) -> bool:
+    """Whether some edge carries ``byte`` (conservative: unreachable edges count too)."""
+    bit = 1 << byte
+    return any(m & bit for _, m, _ in a.edges)
+
+
+def _reduce(a: ByteNFA) -> ByteNFA:
+    """Epsilon-free, trimmed, and states with identical futures merged — the same result as
+    :func:`~.nfa.finalize` (up to numbering) but with a worklist: when a state is merged only
+    its predecessors are re-signed, instead of re-scanning the whole automaton per round.
+    The output is passed through :func:`~.nfa.finalize`, whose own merge pass then finds
+    nothing left and which caches it (so lifting does not redo the work)."""
+    hit = a._cache.get("reduced")
+    if hit is not None:
+        return hit
+    t = N.trim(N.remove_epsilons(a))
+    n = t.num_states
+    out: list[dict[int, int]] = [dict() for _ in range(n)]
+    preds: list[set[int]] = [set() for _ in range(n)]
+    for s, m, d in t.edges:
+        out[s][d] = out[s].get(d, 0) | m
+        preds[d].add(s)
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    sig_of: dict[tuple, int] = {}
+    cur_sig: dict[int, tuple] = {}
+    # deepest states first (reverse BFS order), so most futures are final when signed
+    order = [t.start]
+    seen_bfs = {t.start}
+    for x in order:
+        for d in out[x]:
+            if d not in seen_bfs:
+                seen_bfs.add(d)
+                order.append(d)
+    work = order  # popped from the end: deepest first
+    queued = set(work)
+    while work:
+        x = work.pop()
+        queued.discard(x)
+        if find(x) != x:
+            continue
+        merged: dict[int, int] = {}
+        for d, m in out[x].items():
+            r = find(d)
+            merged[r] = merged.get(r, 0) | m
+        out[x] = merged
+        sig = (x in t.finals, tuple(sorted(merged.items())))
+        old = cur_sig.get(x)
+        if old is not None and old != sig and sig_of.get(old) == x:
+            del sig_of[old]
+        other = sig_of.get(sig)
+        if other is None or find(other) != other:
+            sig_of[sig] = x
+            cur_sig[x] = sig
+            continue
+        if other == x:
+            continue
+        keep, drop = (other, x) if other < x else (x, other)
+        if drop == t.start:
+            keep, drop = drop, keep
+        parent[drop] = keep
+        sig_of[sig] = keep
+        cur_sig[keep] = sig
+        preds[keep] |= preds[drop]
+        for p_ in preds[drop]:
+            if p_ not in queued:
+                queued.add(p_)
+                work.append(p_)
+    edges = []
+    for x in range(n):
+        if find(x) != x:
+            continue
+        for d, m in out[x].items():
+            edges.append((x, m, find(d)))
+    finals = frozenset(find(f) for f in t.finals)
+    res = N.finalize(ByteNFA(n, find(t.start), finals, tuple(edges)))
+    a._cache["reduced"] = res
+    return res
+
+
+class _Leaf:
+    """One conjunction's automaton split by JSON type, plus the object discriminators."""
+
+    __slots__ = ("parts", "required_values")
+
+    def __init__(self, parts: dict[str, ByteNFA], required_values: dict[str, ByteNFA]):
+        self.parts = parts
+        self.required_values = required_values
+
+
+class _Truncated(Exception):
+    pass
+
+
+class JsonSchemaCompiler:
+    """Compiles one (root) schema.  Use :func:`json_schema_to_nfa`/:func:`compile_json_schema`."""
+
+    def __init__(
+        self,
+        schema: Any,
+        *,
+        whitespace: str = "compact",
+        max_whitespace: int = 4,
+        property_order: str = "schema",
+        max_recursion_depth: int = 3,
+        lenient: bool = False,
+        validate: bool = True,
+        assert_formats: bool = True,
+        free_value_depth: int = 2,
+    ):
+        if whitespace not in ("compact", "flexible"):
+            raise ValueError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
+        if property_order not in ("schema", "any"):
+            raise ValueError(f"property_order must be 'schema' or 'any', not {property_order!r}")
+        if max_recursion_depth < 0 or max_whitespace < 0:
+            raise ValueError("max_recursion_depth and max_whitespace must be >= 0")
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except json.JSONDecodeError as e:
+                raise InvalidSchemaError(f"not JSON: {e}") from None
+        if not isinstance(schema, (dict, bool)):
+            raise InvalidSchemaError(
+                f"a schema is an object or a boolean, not {type(schema).__name__}")
+        self.root = schema
+        self.lenient = lenient
+        self.assert_formats = assert_formats
+        self.property_order = property_order
+        self.max_depth = max_recursion_depth
+        self.free_depth = free_value_depth
+        self.dropped: list[tuple[str, str, str]] = []
+        self.ignored: set[str] = set()
+        self.truncated: set[str] = set()
+        self.ws = (N.repeat(N.byteset(_WS_MASK), 0, max_whitespace)
+                   if whitespace == "flexible" and max_whitespace > 0 else None)
+        self._validator = self._make_validator(schema, validate)
+        self.draft = self._draft(schema)
+        ms = schema.get("$schema") if isinstance(schema, dict) else None
+        if isinstance(ms, str) and not re.match(
+                r"https?://json-schema\.org/(draft-0[3467]/schema|draft/20(19-09|20-12)/schema)#?$",
+                ms):
+            self._unsupported("$schema", "#/$schema", f"custom meta-schema {ms!r}")
+        self._cache: dict[tuple, list[_Leaf]] = {}
+        self._nfa_cache: dict[tuple, ByteNFA] = {}
+        self._pattern_cache: dict[str, ByteNFA] = {}
+        self._reach: dict[str, frozenset[str]] = {}
+        self._states = 0
+        self.free_depth_used = False
+        tok = (lambda s: N.concat(self.ws, N.literal(s), self.ws)) if self.ws else N.literal
+        self.COMMA = tok(",")
+        self.COLON = tok(":")
+
+    # ------------------------------------------------------------------ setup
+
+    @staticmethod
+    def _draft(schema: Any) -> int:
+        s = schema.get("$schema", "") if isinstance(schema, dict) else ""
+        for key, d in (("draft-03", 3), ("draft-04", 4), ("draft-06", 6), ("draft-07", 7),
+                       ("2019-09", 2019)):
+            if key in s:
+                return d
+        return 2020
+
+    @staticmethod
+    def _make_validator(schema: Any, validate: bool):
+        try:
+            import jsonschema
+            from jsonschema.validators import validator_for
+        except ImportError:  # pragma: no cover - jsonschema is a declared dependency
+            return None
+        cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+        if validate:
+            try:
+                cls.check_schema(schema)
+            except jsonschema.SchemaError as e:
+                path = "#" + "".join("/" + str(p).replace("~", "~0").replace("/", "~1")
+                                     for p in e.path)
+                raise InvalidSchemaError(e.message, path) from None
+        return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+    # ------------------------------------------------------------------ errors
+
+    def _unsupported(self, keyword: str, pointer: str, detail: str = "") -> None:
+        if not self.lenient:
+            raise UnsupportedSchemaError(keyword, pointer, detail)
+        self.dropped.append((keyword, pointer, detail))
+
+    # ------------------------------------------------------------------ references
+
+    def _resolve(self, ref: str, pointer: str) -> tuple[Any, str]:
+        root_id = self.root.get("$id") if isinstance(self.root, dict) else None
+        if root_id and ref.startswith(root_id.rstrip("#")) and ref != root_id.rstrip("#"):
+            ref = ref[len(root_id.rstrip("#")):]
+        elif root_id and ref == root_id.rstrip("#"):
+            ref = "#"
+        if not ref.startswith("#"):
+            raise UnsupportedSchemaError("$ref", pointer, f"non-local reference {ref!r}")
+        frag = ref[1:]
+        if frag and not frag.startswith("/"):
+            found = self._find_anchor(self.root, frag, "#")
+            if found is None:
+                raise InvalidSchemaError(f"$ref {ref!r}: no $anchor {frag!r}", pointer)
+            return found
+        node = self.root
+        from urllib.parse import unquote
+
+        parts = [unquote(p).replace("~1", "/").replace("~0", "~")
+                 for p in frag.split("/")[1:]] if frag else []
+        for p in parts:
+            if isinstance(node, dict) and p in node:
+                node = node[p]
+            elif isinstance(node, list) and p.isdigit() and int(p) < len(node):
+                node = node[int(p)]
+            else:
+                raise InvalidSchemaError(f"$ref {ref!r} does not resolve", pointer)
+        return node, _ptr("#", *parts)
+
+    def _find_anchor(self, node: Any, name: str, ptr: str):
+        if isinstance(node, dict):
+            if node.get("$anchor") == name or node.get("$id") == "#" + name:
+                return node, ptr
+            for k, v in node.items():
+                if k in ("enum", "const", "default", "examples"):
+                    continue
+                r = self._find_anchor(v, name, _ptr(ptr, k))
+                if r is not None:
+                    return r
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                r = self._find_anchor(v, name, _ptr(ptr, i))
+                if r is not None:
+                    return r
+        return None
+
+    def _reachable_refs(self, node: Any, ptr: str) -> frozenset[str]:
+        """Ref targets reachable from ``node`` (transitively)."""
+        hit = self._reach.get(ptr)
+        if hit is not None:
+            return hit
+        self._reach[ptr] = frozenset()  # cycle guard
+        out: set[str] = set()
+        stack = [(node, ptr)]
+        while stack:
+            x, p = stack.pop()
+            if isinstance(x, dict):
+                for k, v in x.items():
+                    if k == "$ref" and isinstance(v, str):
+                        try:
+                            t, tp = self._resolve(v, p)
+                        except Exception:
+                            continue
+                        if tp not in out:
+                            out.add(tp)
+                            out |= self._reachable_refs(t, tp)
+                    elif k not in ("enum", "const", "default", "examples"):
+                        stack.append((v, _ptr(p, k)))
+            elif isinstance(x, list):
+                stack.extend((v, _ptr(p, i)) for i, v in enumerate(x))
+        res = frozenset(out)
+        self._reach[ptr] = res
+        return res
+
+    # ------------------------------------------------------------------ expansion
+
+    def _check_keywords(self, s: dict, p: str) -> None:
+        for k, v in s.items():
+            if k in _SUPPORTED or k in _ANNOTATIONS:
+                continue
+            if k in _UNSUPPORTED:
+                if k == "uniqueItems" and (v is False or s.get("maxItems", 2) <= 1):
+                    continue
+                if k in ("if",) and "then" not in s and "else" not in s:
+                    continue
+                if k in ("then", "else") and "if" not in s:
+                    continue
+                if k == "maxContains" and "contains" not in s:
+                    continue
+                if k in ("unevaluatedProperties", "unevaluatedItems") and v is True:
+                    continue
+                if k == "$recursiveRef":
+                    self._unsupported(k, _ptr(p, k))
+                    continue
+                if k == "dependencies" and isinstance(v, dict) and not v:
+                    continue
+                self._unsupported(k, _ptr(p, k))
+                continue
+            self.ignored.add(k)
+
+    def _expand(self, items, stack: tuple[str, ...]):
+        """Flatten ``allOf``/``$ref``; return (flat nodes, disjunctions, stack) or None (false)."""
+        work = list(items)
+        flat: list[tuple[dict, str]] = []
+        disj: list[tuple[str, list, str]] = []
+        i = 0
+        while i < len(work):
+            s, p = work[i]
+            i += 1
+            if s is True:
+                continue
+            if s is False:
+                return None
+            if not isinstance(s, dict):
+                raise InvalidSchemaError("a schema is an object or a boolean", p)
+            self._check_keywords(s, p)
+            ref = s.get("$ref")
+            if isinstance(ref, str):
+                target, tp = self._resolve(ref, _ptr(p, "$ref"))
+                if tp in self._reachable_refs(target, tp):  # recursive
+                    if stack.count(tp) >= self.max_depth:
+                        self.truncated.add(tp)
+                        return None
+                stack = stack + (tp,)
+                work.append((target, tp))
+                if self.draft <= 7:
+                    continue
+            flat.append((s, p))
+            for j, sub in enumerate(s.get("allOf", ()) or ()):
+                work.append((sub, _ptr(p, "allOf", j)))
+            for kind in ("anyOf", "oneOf"):
+                if kind in s:
+                    branches = [(b, _ptr(p, kind, j)) for j, b in enumerate(s[kind])]
+                    disj.append((kind, branches, _ptr(p, kind)))
+        return flat, disj, stack
+
+    def _stack_key(self, ptrs: tuple[str, ...], stack: tuple[str, ...], nodes) -> tuple:
+        if not stack:
+            return ()
+        reach: set[str] = set()
+        for node, p in nodes:
+            reach |= self._reachable_refs(node, p)
+        return tuple(sorted((t, stack.count(t)) for t in set(stack) if t in reach))
+
+    # ------------------------------------------------------------------ compile
+
+    def compile_items(self, items, stack: tuple[str, ...] = ()) -> ByteNFA:
+        """The value automaton of the conjunction of ``items`` ((schema, pointer) pairs)."""
+        ptrs = tuple(p for _, p in items)
+        key = (ptrs, self._stack_key(ptrs, stack, items))
+        hit = self._nfa_cache.get(key)
+        if hit is not None:
+            return hit
+        leaves = self._leaves(items, stack)
+        parts = [a for lf in leaves for a in lf.parts.values()]
+        out = N.union(*parts) if parts else N.nothing()
+        if out.num_states > 64:
+            out = _reduce(out)
+        self._nfa_cache[key] = out
+        return out
+
+    def _leaves(self, items, stack) -> list[_Leaf]:
+        ptrs = tuple(p for _, p in items)
+        key = ("leaves", ptrs, self._stack_key(ptrs, stack, items))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        ex = self._expand(items, stack)
+        if ex is None:
+            out: list[_Leaf] = []
+        else:
+            flat, disj, st = ex
+            if not disj and all(not (set(s) & _VALIDATION) for s, _ in flat):
+                self._cache[key] = out = [self._any_leaf(self.free_depth)]
+                return out
+            combos = 1
+            for _, br, dp in disj:
+                combos *= max(1, len(br))
+                if combos > MAX_COMBINATIONS:
+                    raise UnsupportedSchemaError(
+                        "anyOf" if "anyOf" in dp.rsplit("/", 1)[-1] else "oneOf", dp,
+                        f"more than {MAX_COMBINATIONS} combinations of anyOf/oneOf branches")
+            out = self._distribute(flat, disj, st)
+        self._cache[key] = out
+        return out
+
+    def _distribute(self, flat, disj, stack) -> list[_Leaf]:
+        if not disj:
+            leaf = self._leaf(flat, stack)
+            return [leaf] if leaf.parts else []
+        kind, branches, dptr = disj[0]
+        per_branch: list[list[_Leaf]] = []
+        for b in branches:
+            ex = self._expand([b], stack)
+            if ex is None:
+                per_branch.append([])
+                continue
+            f2, d2, st2 = ex
+            per_branch.append(self._distribute(flat + f2, disj[1:] + d2, st2))
+        if kind == "oneOf":
+            self._check_disjoint(per_branch, dptr)
+        return [lf for br in per_branch for lf in br]
+
+    def _check_disjoint(self, per_branch: list[list[_Leaf]], dptr: str) -> None:
+        for i in range(len(per_branch)):
+            for j in range(i + 1, len(per_branch)):
+                for a in per_branch[i]:
+                    for b in per_branch[j]:
+                        why = self._overlap(a, b)
+                        if why:
+                            self._unsupported(
+                                "oneOf", dptr,
+                                f"branches {i} and {j} are not provably disjoint ({why}); "
+                                "lenient mode compiles them as anyOf")
+                            return
+
+    def _overlap(self, a: _Leaf, b: _Leaf) -> str:
+        for t in set(a.parts) & set(b.parts):
+            x, y = a.parts[t], b.parts[t]
+            if t == "object":
+                if self._discriminated(a.required_values, b.required_values):
+                    continue
+                return "objects without a discriminating required property"
+            if t == "array" and (_has_byte(x, 0x7B) or _has_byte(y, 0x7B)):
+                return "arrays that may contain objects"
+            if not _is_empty(N.intersect(x, y)):
+                return f"both accept some {t}"
+        return ""
+
+    @staticmethod
+    def _discriminated(ra: dict[str, ByteNFA], rb: dict[str, ByteNFA]) -> bool:
+        for k in set(ra) & set(rb):
+            x, y = ra[k], rb[k]
+            if _has_byte(x, 0x7B) or _has_byte(y, 0x7B):
+                continue
+            if _is_empty(N.intersect(x, y)):
+                return True
+        return False
+
+    # ------------------------------------------------------------------ free values
+
+    def _any_leaf(self, depth: int) -> _Leaf:
+        """An unconstrained value (schema ``true``), with arrays/objects nested at most
+        ``depth`` levels (JSON of unbounded depth is not regular): a subset, with a warning."""
+        key = ("any", depth)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        self.free_depth_used = True
+        from .json_formats import _Builder
+
+        string = N.concat(_QUOTE, _BODY, _QUOTE)
+        parts = {
+            "null": N.literal("null"),
+            "boolean": N.union(N.literal("true"), N.literal("false")),
+            "number": number_nfa(False),
+            "string": string,
+        }
+        open_a = N.concat(N.literal("["), self.ws) if self.ws else N.literal("[")
+        close_a = N.concat(self.ws, N.literal("]")) if self.ws else N.literal("]")
+        open_o = N.concat(N.literal("{"), self.ws) if self.ws else N.literal("{")
+        close_o = N.concat(self.ws, N.literal("}")) if self.ws else N.literal("}")
+        if depth <= 0:
+            parts["array"] = N.concat(open_a, close_a)
+            parts["object"] = N.concat(open_o, close_o)
+        else:
+            sub = self._any_leaf(depth - 1)
+            v = N.union(*sub.parts.values())
+            for t, op, cl, item in (("array", open_a, close_a, v),
+                                    ("object", open_o, close_o,
+                                     N.concat(string, self.COLON, v))):
+                # one shared copy of the item: open (item (COMMA item)*)? close
+                b = _Builder()
+                s0 = b.state()
+                opened = b.state()
+                for f in b.embed(op, s0):
+                    b.eps.append((f, opened))
+                item_in = b.state()
+                after = b.state()
+                b.eps.append((opened, item_in))
+                for f in b.embed(item, item_in):
+                    b.eps.append((f, after))
+                for f in b.embed(self.COMMA, after):
+                    b.eps.append((f, item_in))
+                end = b.state()
+                b.finals.add(end)
+                for src in (opened, after):
+                    for f in b.embed(cl, src):
+                        b.eps.append((f, end))
+                parts[t] = b.build(s0)
+        out = _Leaf(parts, {})
+        self._cache[key] = out
+        return out
+
+    # ------------------------------------------------------------------ leaf
+
+    def _leaf(self, flat, stack) -> _Leaf:
+        types = set(_ALL_TYPES)
+        for s, p in flat:
+            t = s.get("type")
+            if t is None:
+                continue
+            names = [t] if isinstance(t, str) else list(t)
+            allowed: set[str] = set()
+            for name in names:
+                if name == "any":
+                    allowed |= _ALL_TYPES
+                elif name in _TYPE_MAP:
+                    allowed |= _TYPE_MAP[name]
+                else:
+                    raise InvalidSchemaError(f"unknown type {name!r}", _ptr(p, "type"))
+            types &= allowed
+        # enum / const
+        enum_values: list | None = None
+        for s, _p in flat:
+            vals = None
+            if "const" in s:
+                vals = [s["const"]]
+            if "enum" in s:
+                ev = s["enum"]
+                vals = ev if vals is None else [v for v in vals if any(_json_eq(v, e) for e in ev)]
+            if vals is None:
+                continue
+            if enum_values is None:
+                enum_values = list(vals)
+            else:
+                enum_values = [v for v in enum_values if any(_json_eq(v, e) for e in vals)]
+        if enum_values is not None:
+            return self._enum_leaf(flat, types, enum_values)
+        parts: dict[str, ByteNFA] = {}
+        required_values: dict[str, ByteNFA] = {}
+        if "null" in types:
+            parts["null"] = N.literal("null")
+        if "boolean" in types:
+            parts["boolean"] = N.union(N.literal("true"), N.literal("false"))
+        if "integer" in types or "fraction" in types:
+            a = self._number(flat, integer="fraction" not in types)
+            if not _is_empty(a):
+                parts["number"] = a
+        if "string" in types:
+            a = self._string(flat, stack)
+            if not _is_empty(a):
+                parts["string"] = a
+        if "array" in types:
+            a = self._array(flat, stack)
+            if a is not None:
+                parts["array"] = a
+        if "object" in types:
+            r = self._object(flat, stack)
+            if r is not None:
+                parts["object"], required_values = r
+        return _Leaf(parts, required_values)
+
+    def _valid_flat(self, v: Any, flat) -> bool:
+        if self._validator is None:
+            raise UnsupportedSchemaError("enum", flat[0][1], "needs the jsonschema package")
+        for s, _ in flat:
+            sub = {k: x for k, x in s.items() if k not in ("enum", "const", "anyOf", "oneOf",
+                                                           "allOf", "$ref")}
+            if not self._validator.evolve(schema=sub).is_valid(v):
+                return False
+        return True
+
+    def _enum_leaf(self, flat, types, values) -> _Leaf:
+        parts: dict[str, list[ByteNFA]] = {}
+        seen: list = []
+        for v in values:
+            try:
+                k = _kind(v)
+            except (TypeError, ValueError):
+                continue
+            if k not in types or any(_json_eq(v, w) for w in seen):
+                continue
+            if not self._valid_flat(v, flat):
+                continue
+            seen.append(v)
+            t = "number" if k in ("integer", "fraction") else k
+            parts.setdefault(t, []).append(N.literal(self._dump_ws(v)))
+        return _Leaf({t: N.union(*ls) for t, ls in parts.items()}, {})
+
+    def _dump_ws(self, v: Any) -> str:
+        return _dumps(v)
+
+    # ------------------------------------------------------------------ numbers
+
+    def _number(self, flat, integer: bool) -> ByteNFA:
+        lower: Decimal | None = None
+        lstrict = False
+        upper: Decimal | None = None
+        ustrict = False
+        mults: list[tuple[Decimal, str]] = []
+
+        def dec(x, p):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise InvalidSchemaError("expected a number", p)
+            return Decimal(repr(x)) if isinstance(x, float) else Decimal(x)
+
+        def lo(x, strict):
+            nonlocal lower, lstrict
+            if lower is None or x > lower or (x == lower and strict):
+                lower, lstrict = x, strict
+
+        def hi(x, strict):
+            nonlocal upper, ustrict
+            if upper is None or x < upper or (x == upper and strict):
+                upper, ustrict = x, strict
+
+        for s, p in flat:
+            if "minimum" in s:
+                lo(dec(s["minimum"], _ptr(p, "minimum")),
+                   s.get("exclusiveMinimum") is True)
+            if "maximum" in s:
+                hi(dec(s["maximum"], _ptr(p, "maximum")),
+                   s.get("exclusiveMaximum") is True)
+            em, eM = s.get("exclusiveMinimum"), s.get("exclusiveMaximum")
+            if em is not None and not isinstance(em, bool):
+                lo(dec(em, _ptr(p, "exclusiveMinimum")), True)
+            if eM is not None and not isinstance(eM, bool):
+                hi(dec(eM, _ptr(p, "exclusiveMaximum")), True)
+            if "multipleOf" in s:
+                m = dec(s["multipleOf"], _ptr(p, "multipleOf"))
+                if m <= 0:
+                    raise InvalidSchemaError("multipleOf must be > 0", _ptr(p, "multipleOf"))
+                mults.append((m, _ptr(p, "multipleOf")))
+        a = number_range(lower, lstrict, upper, ustrict, integer)
+        for m, p in mults:
+            mo = multiple_of(m, integer)
+            if mo is None:
+                self._unsupported("multipleOf", p, f"modulus automaton for {m} is too large")
+                continue
+            a = N.intersect(a, mo)
+        return a
+
+    # ------------------------------------------------------------------ strings
+
+    def _pattern(self, pattern: str, p: str) -> ByteNFA | None:
+        """Decoded-content automaton for ECMA-262 ``pattern`` with search semantics."""
+        hit = self._pattern_cache.get(pattern)
+        if hit is not None:
+            return hit
+        from .errors import InvalidRegexError, UnsupportedRegexError
+        from .regex import regex_to_nfa
+
+        try:
+            py = _ecma_to_python(pattern)
+            a = N.finalize(regex_to_nfa(py, flags=re.ASCII, search=True))
+        except UnsupportedRegexError as e:
+            self._unsupported("pattern", p, str(e))
+            return None
+        except (InvalidRegexError, ValueError, re.error) as e:
+            self._unsupported("pattern", p, f"cannot translate ECMA-262 regex: {e}")
+            return None
+        self._pattern_cache[pattern] = a
+        return a
+
+    def _string_content(self, flat) -> ByteNFA:
+        """Canonical string *bodies* (between the quotes) allowed by the flat nodes."""
+        lo, hi = 0, None
+        pats: list[ByteNFA] = []
+        fmts: list[str] = []
+        for s, p in flat:
+            if "minLength" in s:
+                lo = max(lo, int(s["minLength"]))
+            if "maxLength" in s:
+                hi = int(s["maxLength"]) if hi is None else min(hi, int(s["maxLength"]))
+            if "pattern" in s:
+                a = self._pattern(s["pattern"], _ptr(p, "pattern"))
+                if a is not None:
+                    pats.append(a)
+            f = s.get("format")
+            if isinstance(f, str) and self.assert_formats:
+                if f in FORMATS:
+                    fmts.append(f)
+                elif f in _CHECKED_FORMATS:
+                    self._unsupported("format", _ptr(p, "format"), f"format {f!r}")
+                else:
+                    self.ignored.add(f"format:{f}")
+        if hi is not None and hi < lo:
+            return N.nothing()
+        if not self.assert_formats:
+            fmts = []
+        constraints: list[ByteNFA] = [_escape_subst(format_nfa(f)) for f in dict.fromkeys(fmts)]
+        only_formats = bool(constraints) and not pats
+        constraints += [_escape_subst(a) for a in pats]
+        if lo == 0 and hi is None:
+            length = _BODY
+        else:
+            if hi is not None and hi * _CHAR.num_states > MAX_STATES:
+                self._unsupported("maxLength", flat[0][1], f"maxLength {hi} is too large")
+                hi = None
+            length = N.repeat(_CHAR, lo, hi)
+        if not constraints:
+            return length
+        out = constraints[0]
+        for c in constraints[1:]:
+            out = N.intersect(out, c)
+        if only_formats and lo == 0 and hi is None:
+            return out  # format automata are valid bodies already
+        return N.intersect(out, length)
+
+    def _string(self, flat, stack) -> ByteNFA:
+        body = self._string_content(flat)
+        if _is_empty(body):
+            return N.nothing()
+        return N.concat(_QUOTE, body, _QUOTE)
+
+    # ------------------------------------------------------------------ arrays
+
+    def _array(self, flat, stack) -> ByteNFA | None:
+        """Arrays: explicit positions 0..N-1 (prefixItems, minItems, or all of maxItems), then a
+        loop of ``items`` when unbounded; ``contains``/``minContains`` add a saturating count of
+        matching elements (each element is nondeterministically "counted" or not)."""
+        from .json_formats import _Builder
+
+        lo, hi = 0, None
+        per_node = []
+        contains = []
+        for s, p in flat:
+            if "minItems" in s:
+                lo = max(lo, int(s["minItems"]))
+            if "maxItems" in s:
+                hi = int(s["maxItems"]) if hi is None else min(hi, int(s["maxItems"]))
+            if self.draft >= 2020:
+                pre, rest = s.get("prefixItems", []), s.get("items", True)
+                pk, rk = "prefixItems", "items"
+            else:
+                it = s.get("items", True)
+                if isinstance(it, list):
+                    pre, rest, pk, rk = it, s.get("additionalItems", True), "items", \
+                        "additionalItems"
+                else:
+                    pre, rest, pk, rk = [], it, "items", "items"
+            per_node.append((pre, rest, p, pk, rk))
+            if "contains" in s:
+                mc = int(s.get("minContains", 1))
+                if mc > 0:
+                    contains.append((s["contains"], _ptr(p, "contains"), mc))
+        if hi is not None and hi < lo:
+            return None
+        if len(contains) > 1:
+            self._unsupported("contains", contains[1][1], "several contains in one conjunction")
+            contains = contains[:1]
+        P = max((len(pre) for pre, *_ in per_node), default=0)
+
+        def elem_items(i: int):
+            out = []
+            for pre, rest, p, pk, rk in per_node:
+                if i < len(pre):
+                    out.append((pre[i], _ptr(p, pk, i)))
+                else:
+                    out.append((rest, _ptr(p, rk)))
+            return out
+
+        N_exp = max(P, lo, 1) if hi is None else hi
+        cache: dict[tuple[int, bool], ByteNFA] = {}
+
+        def el(i: int, match: bool) -> ByteNFA:
+            j = min(i, P)
+            key = (j, match)
+            if key not in cache:
+                its = elem_items(j)
+                if match:
+                    its = its + [(contains[0][0], contains[0][1])]
+                cache[key] = self.compile_items(its, stack)
+            return cache[key]
+
+        mc = contains[0][2] if contains else 0
+        b = _Builder()
+        states: dict[tuple[int, int], int] = {}
+
+        def st(i: int, c: int) -> int:
+            if (i, c) not in states:
+                states[(i, c)] = b.state()
+            return states[(i, c)]
+
+        start = st(0, 0)
+        todo = [(0, 0)]
+        seen = {(0, 0)}
+        while todo:
+            i, c = todo.pop()
+            src = states[(i, c)]
+            if i >= lo and c >= mc:
+                b.finals.add(src)
+            if hi is not None and i >= hi:
+                continue
+            ni = i + 1 if i < N_exp else i
+            for match in ((False, True) if c < mc else (False,)):
+                a = el(i, match)
+                if _is_empty(a):
+                    continue
+                nc = c + 1 if match else c
+                dst = st(ni, nc)
+                entry = src
+                if i > 0:
+                    entry = b.state()
+                    for f in b.embed(self.COMMA, src):
+                        b.eps.append((f, entry))
+                for f in b.embed(a, entry):
+                    b.eps.append((f, dst))
+                if (ni, nc) not in seen:
+                    seen.add((ni, nc))
+                    todo.append((ni, nc))
+            if b.n > MAX_STATES:
+                raise UnsupportedSchemaError("maxItems", flat[0][1], "array automaton too large")
+        inner = b.build(start)
+        open_ = N.concat(N.literal("["), self.ws) if self.ws else N.literal("[")
+        close = N.concat(self.ws, N.literal("]")) if self.ws else N.literal("]")
+        return N.concat(open_, inner, close)
+
+    # ------------------------------------------------------------------ objects
+
+    def _key_items(self, flat, key: str):
+        """The (schema, pointer) constraints on the value of ``key`` from each flat node."""
+        out = []
+        for s, p in flat:
+            props = s.get("properties") or {}
+            matched = False
+            for pat, sub in (s.get("patternProperties") or {}).items():
+                a = self._pattern(pat, _ptr(p, "patternProperties", pat))
+                if a is not None and N.matches(a, key.encode()):
+                    out.append((sub, _ptr(p, "patternProperties", pat)))
+                    matched = True
+            if key in props:
+                out.append((props[key], _ptr(p, "properties", key)))
+            elif not matched and "additionalProperties" in s:
+                out.append((s["additionalProperties"], _ptr(p, "additionalProperties")))
+        return out
+
+    def _declared(self, flat) -> tuple[list[str], set[str]]:
+        order: dict[str, None] = {}
+        required: set[str] = set()
+        for s, _ in flat:
+            for k in s.get("properties") or {}:
+                order.setdefault(k, None)
+        for s, _ in flat:
+            for k in s.get("required") or []:
+                order.setdefault(k, None)
+                required.add(k)
+        return list(order), required
+
+    def _object(self, flat, stack):
+        names, required = self._declared(flat)
+        lo_p, hi_p = 0, None
+        for s, _ in flat:
+            if "minProperties" in s:
+                lo_p = max(lo_p, int(s["minProperties"]))
+            if "maxProperties" in s:
+                hi_p = (int(s["maxProperties"]) if hi_p is None
+                        else min(hi_p, int(s["maxProperties"])))
+        if hi_p is not None and (hi_p < lo_p or hi_p < len(required)):
+            return None
+        pnames = [(s["propertyNames"], _ptr(p, "propertyNames")) for s, p in flat
+                  if "propertyNames" in s]
+        pn_nfa = self.compile_items(pnames, stack) if pnames else None
+        slots: list[tuple[str, ByteNFA, bool]] = []
+        required_values: dict[str, ByteNFA] = {}
+        for k in names:
+            ok = pn_nfa is None or N.matches(pn_nfa, _json_str(k).encode())
+            v = self.compile_items(self._key_items(flat, k), stack) if ok else N.nothing()
+            if _is_empty(v):
+                if k in required:
+                    return None
+                continue
+            key = N.literal(_json_str(k))
+            slots.append((k, N.concat(key, self.COLON, v), k in required))
+            if k in required:
+                required_values[k] = v
+        extra = self._extras(flat, names, pn_nfa, stack)
+        if self.property_order == "any":
+            inner = self._object_any(slots, extra, lo_p, hi_p, flat)
+        else:
+            inner = self._object_ordered(slots, extra, lo_p, hi_p)
+        if inner is None:
+            return None
+        open_ = N.concat(N.literal("{"), self.ws) if self.ws else N.literal("{")
+        close = N.concat(self.ws, N.literal("}")) if self.ws else N.literal("}")
+        return N.concat(open_, inner, close), required_values
+
+    def _extras(self, flat, names, pn_nfa, stack) -> ByteNFA | None:
+        """key:value automaton for one additional (undeclared) property, or None.
+
+        With ``patternProperties``, the undeclared keys are split into regions by the set T of
+        patterns they match (``∩_{p∈T} L_p ∩ ∩_{p∉T} ¬L_p``; the complements are of the small
+        pattern automata, built by subset construction, at most :data:`MAX_COMPLEMENT_STATES`
+        states); a key in region T takes the schemas of T, or ``additionalProperties`` when T
+        is empty.  At most :data:`MAX_PATTERN_PROPERTIES` patterns per conjunction."""
+        pats = []  # (content nfa, schema, pointer, node index)
+        for idx, (s, p) in enumerate(flat):
+            for pat, sub in (s.get("patternProperties") or {}).items():
+                a = self._pattern(pat, _ptr(p, "patternProperties", pat))
+                if a is not None:
+                    pats.append((a, sub, _ptr(p, "patternProperties", pat), idx))
+        if len(pats) > MAX_PATTERN_PROPERTIES:
+            self._unsupported("patternProperties", pats[MAX_PATTERN_PROPERTIES][2],
+                              f"more than {MAX_PATTERN_PROPERTIES} patterns in one object")
+            pats = pats[:MAX_PATTERN_PROPERTIES]
+        body = _body_excluding(names)
+        out = []
+        for T in range(1 << len(pats)):
+            content = None
+            ok = True
+            for j, (a, _sub, ptr, _) in enumerate(pats):
+                if T >> j & 1:
+                    c = a
+                else:
+                    c = self._complement(a, ptr)
+                    if c is None:
+                        ok = False
+                        break
+                content = c if content is None else N.intersect(content, c)
+            if not ok:
+                continue
+            if content is not None and _is_empty(content):
+                continue
+            kb = body if content is None else N.intersect(_escape_subst(content), body)
+            key = N.concat(_QUOTE, kb, _QUOTE)
+            if pn_nfa is not None:
+                key = N.intersect(key, pn_nfa)
+            if _is_empty(key):
+                continue
+            constraints = []
+            for idx, (s, p) in enumerate(flat):
+                mine = [(sub, ptr) for j, (_a, sub, ptr, i) in enumerate(pats)
+                        if i == idx and T >> j & 1]
+                if mine:
+                    constraints += mine
+                elif "additionalProperties" in s:
+                    constraints.append((s["additionalProperties"], _ptr(p, "additionalProperties")))
+            if any(c is False for c, _ in constraints):
+                continue
+            v = self.compile_items(constraints, stack)
+            if _is_empty(v):
+                continue
+            out.append(N.concat(key, self.COLON, v))
+        return N.union(*out) if out else None
+
+    def _complement(self, a: ByteNFA, ptr: str) -> ByteNFA | None:
+        """Decoded strings NOT in L(a) (a small pattern automaton), by subset construction."""
+        hit = self._pattern_cache.get(("not", id(a)))
+        if hit is not None:
+            return hit
+        f = N.finalize(a)
+        cls, ncls = N.byte_classes([m for _, m, _ in f.edges])
+        reps: dict[int, int] = {}
+        cmask = [0] * ncls
+        for byte, c in enumerate(cls):
+            reps.setdefault(c, byte)
+            cmask[c] |= 1 << byte
+        out_edges: list[list[tuple[int, int]]] = [[] for _ in range(f.num_states)]
+        for s, m, d in f.edges:
+            out_edges[s].append((m, d))
+        start = frozenset({f.start})
+        ids = {start: 0}
+        todo = [start]
+        edges = []
+        while todo:
+            S = todo.pop()
+            for c in range(ncls):
+                bit = 1 << reps[c]
+                T = frozenset(d for s in S for m, d in out_edges[s] if m & bit)
+                if T not in ids:
+                    if len(ids) >= MAX_COMPLEMENT_STATES:
+                        self._unsupported("patternProperties", ptr,
+                                          "the pattern's complement needs too many states")
+                        return None
+                    ids[T] = len(ids)
+                    todo.append(T)
+                edges.append((ids[S], cmask[c], ids[T]))
+        finals = frozenset(i for S, i in ids.items() if not (S & f.finals))
+        comp = ByteNFA(len(ids), 0, finals, tuple(edges))
+        res = N.intersect(comp, _CONTENT)
+        self._pattern_cache[("not", id(a))] = res
+        return res
+
+    def _object_ordered(self, slots, extra, lo_p, hi_p) -> ByteNFA | None:
+        """Declared slots in order, then additional properties; counts (c) tracked only as far
+        as min/maxProperties need (c saturates at max(1, minProperties) without a maximum)."""
+        from .json_formats import _Builder
+
+        K = hi_p if hi_p is not None else max(1, lo_p)
+
+        def inc(c):
+            if hi_p is not None:
+                return c + 1 if c + 1 <= hi_p else None
+            return min(c + 1, K)
+
+        b = _Builder()
+        layer = {0: b.state()}
+        start = layer[0]
+
+        def emit(srcs: dict[int, int], kv: ByteNFA, dests: dict[int, int]) -> None:
+            # one copy of kv per destination count
+            by_dest: dict[int, list[int]] = {}
+            for c in srcs:
+                d = inc(c)
+                if d is not None:
+                    by_dest.setdefault(d, []).append(c)
+            for d, cs in by_dest.items():
+                if d not in dests:
+                    dests[d] = b.state()
+                entry = b.state()
+                for c in cs:
+                    if c == 0:
+                        b.eps.append((srcs[c], entry))
+                    else:
+                        for f in b.embed(self.COMMA, srcs[c]):
+                            b.eps.append((f, entry))
+                for f in b.embed(kv, entry):
+                    b.eps.append((f, dests[d]))
+
+        for _name, kv, req in slots:
+            nxt: dict[int, int] = {}
+            if not req:
+                for c, s in layer.items():
+                    nxt[c] = b.state()
+                    b.eps.append((s, nxt[c]))
+            emit(layer, kv, nxt)
+            layer = nxt
+            if not layer:
+                return None
+        if extra is not None:
+            todo = sorted(layer)
+            done: set[int] = set()
+            while todo:
+                c = todo.pop(0)
+                if c in done:
+                    continue
+                done.add(c)
+                d = inc(c)
+                if d is None:
+                    continue
+                emit({c: layer[c]}, extra, layer)
+                if d not in done:
+                    todo.append(d)
+        for c, s in layer.items():
+            if c >= lo_p:
+                b.finals.add(s)
+        out = b.build(start)
+        self._count(out)
+        return out
+
+    def _object_any(self, slots, extra, lo_p, hi_p, flat) -> ByteNFA | None:
+        """Declared properties in any order, each at most once; additional properties anywhere.
+        States: (subset of declared properties written, count) — exponential in the number of
+        declared properties, so refused above :data:`MAX_ANY_ORDER_PROPERTIES`."""
+        from .json_formats import _Builder
+
+        n = len(slots)
+        if n > MAX_ANY_ORDER_PROPERTIES:
+            self._unsupported("properties", flat[0][1],
+                              f"property_order='any' with {n} properties needs 2^{n} states "
+                              f"(limit {MAX_ANY_ORDER_PROPERTIES})")
+            return self._object_ordered(slots, extra, lo_p, hi_p)
+        K = hi_p if hi_p is not None else max(1, lo_p)
+        req_mask = sum(1 << i for i, (_, _, r) in enumerate(slots) if r)
+        b = _Builder()
+        hubs: dict[tuple[int, int], int] = {}
+
+        def hub(S, c):
+            key = (S, c)
+            if key not in hubs:
+                hubs[key] = b.state()
+            return hubs[key]
+
+        start = hub(0, 0)
+        todo = [(0, 0)]
+        seen = {(0, 0)}
+        entries: dict[tuple[int, int, int], int] = {}  # (kv index or -1, dest S, dest c) -> entry
+        while todo:
+            S, c = todo.pop()
+            src = hubs[(S, c)]
+            if c >= lo_p and (S & req_mask) == req_mask:
+                b.finals.add(src)
+            nc = c + 1 if hi_p is not None else min(c + 1, K)
+            if hi_p is not None and nc > hi_p:
+                continue
+            moves = [(i, S | (1 << i), kv) for i, (_, kv, _) in enumerate(slots)
+                     if not S & (1 << i)]
+            if extra is not None:
+                moves.append((-1, S, extra))
+            for i, S2, kv in moves:
+                ekey = (i, S2, nc)
+                entry = entries.get(ekey)
+                if entry is None:
+                    entry = entries[ekey] = b.state()
+                    for f in b.embed(kv, entry):
+                        b.eps.append((f, hub(S2, nc)))
+                if c == 0:
+                    b.eps.append((src, entry))
+                else:
+                    for f in b.embed(self.COMMA, src):
+                        b.eps.append((f, entry))
+                if (S2, nc) not in seen:
+                    seen.add((S2, nc))
+                    todo.append((S2, nc))
+            if b.n > MAX_STATES:
+                raise UnsupportedSchemaError("properties", flat[0][1],
+                                             "property_order='any' automaton too large")
+        out = b.build(start)
+        self._count(out)
+        return out
+
+    def _count(self, a: ByteNFA) -> None:
+        if a.num_states > MAX_STATES:
+            raise UnsupportedSchemaError("<size>", "#", f"automaton exceeds {MAX_STATES} states")
+
+    # ------------------------------------------------------------------ entry
+
+    def build(self) -> ByteNFA:
+        out = _reduce(self.compile_items([(self.root, "#")], ()))
+        if self.truncated:
+            warnings.warn(
+                f"recursive $ref unrolled to depth {self.max_depth} at "
+                f"{', '.join(sorted(self.truncated))}: deeper nesting is not generated "
+                "(the automaton accepts a subset of the schema's instances)",
+                stacklevel=3,
+            )
+        if self.free_depth_used:
+            warnings.warn(
+                f"unconstrained JSON values (schema true, open additionalProperties/items) are "
+                f"generated with arrays/objects nested at most {self.free_depth} levels deep "
+                "(JSON of unbounded depth is not regular): a subset of the valid instances",
+                stacklevel=3,
+            )
+        if self.dropped:
+            listing = "; ".join(f"{k} at {p}" + (f" ({d})" if d else "")
+                                for k, p, d in self.dropped)
+            warnings.warn(
+                f"lenient mode dropped unsupported JSON Schema constraints: {listing}. The "
+                "automaton accepts a SUPERSET of the valid instances for these keywords: its "
+                "outputs are not guaranteed to validate (not sound)",
+                stacklevel=3,
+            )
+        return out
+
+    # ------------------------------------------------------------------ serialization
+
+    def serialize(self, instance: Any, items=None, stack: tuple[str, ...] = ()) -> str:
+        """The canonical serialization of ``instance`` (see the module docstring)."""
+        if items is None:
+            items = [(self.root, "#")]
+        kind = _kind(instance)
+        if kind not in ("object", "array"):
+            return _dumps(instance)
+        ex = None
+        try:
+            ex = self._expand(items, stack)
+        except (UnsupportedSchemaError, InvalidSchemaError):
+            ex = None
+        if ex is None:
+            return _dumps(instance)
+        flat, disj, st = ex
+        # choose anyOf/oneOf branches that the instance satisfies (first valid; else first)
+        while disj:
+            kind_, branches, _ = disj.pop(0)
+            chosen = branches[0] if branches else None
+            for b in branches:
+                if self._validator is None or self._validator.evolve(schema=b[0]).is_valid(
+                        instance):
+                    chosen = b
+                    break
+            if chosen is None:
+                break
+            e2 = self._expand([chosen], st)
+            if e2 is None:
+                break
+            flat = flat + e2[0]
+            disj = disj + e2[1]
+            st = e2[2]
+        for s, _ in flat:
+            for v in ([s["const"]] if "const" in s else []) + list(s.get("enum", []) or []):
+                if _json_eq(v, instance):
+                    return _dumps(instance, v)
+        sep_c, sep_k = ",", ":"
+        if isinstance(instance, list):
+            parts = []
+            per_node = []
+            for s, p in flat:
+                if self.draft >= 2020:
+                    per_node.append((s.get("prefixItems", []), s.get("items", True), p,
+                                     "prefixItems", "items"))
+                else:
+                    it = s.get("items", True)
+                    if isinstance(it, list):
+                        per_node.append((it, s.get("additionalItems", True), p, "items",
+                                         "additionalItems"))
+                    else:
+                        per_node.append(([], it, p, "items", "items"))
+            for i, x in enumerate(instance):
+                sub = []
+                for pre, rest, p, pk, rk in per_node:
+                    sub.append((pre[i], _ptr(p, pk, i)) if i < len(pre) else (rest, _ptr(p, rk)))
+                parts.append(self.serialize(x, sub, st))
+            return "[" + sep_c.join(parts) + "]"
+        names, _ = self._declared(flat)
+        keys = [k for k in names if k in instance] + [k for k in instance if k not in names]
+        parts = []
+        for k in keys:
+            parts.append(_json_str(k) + sep_k + self.serialize(instance[k],
+                                                                self._key_items(flat, k), st))
+        return "{" + sep_c.join(parts) + "}"
+
+
+def json_schema_to_nfa(
+    schema: Any,
+    *,
+    whitespace: str = "compact",
+    max_whitespace: int = 4,
+    property_order: str = "schema",
+    max_recursion_depth: int = 3,
+    lenient: bool = False,
+    validate: bool = True,
+    free_value_depth: int = 2,
+) -> ByteNFA:
+    """The byte NFA of ``schema``'s canonical serializations (see the module docstring).
+
+    Args:
+        schema: a JSON Schema (dict, bool, or JSON text).
+        whitespace: ``"compact"`` (no whitespace) or ``"flexible"`` (up to ``max_whitespace``
+            characters of ``[ \\t\\n\\r]`` in each gap inside objects and arrays).
+        property_order: ``"schema"`` (declared order) or ``"any"`` (any order, no duplicates).
+        max_recursion_depth: how many times a recursive ``$ref`` is unrolled (warning).
+        free_value_depth: nesting depth of arrays/objects generated for unconstrained values
+            (schema ``true``, open ``additionalProperties``/``items``) (warning).
+        lenient: turn :class:`UnsupportedSchemaError` into a warning listing what was dropped
+            (the automaton then accepts a superset: not sound).
+        validate: check ``schema`` against its meta-schema first (``jsonschema``).
+
+    Returns:
+        The byte NFA (not finalized); ``finalize`` it or lift it with
+        :meth:`TokenAutomaton.from_byte_nfa`.
+
+    Raises:
+        InvalidSchemaError: not a valid JSON Schema (with the pointer of the offending part).
+        UnsupportedSchemaError: a keyword this compiler cannot express exactly (keyword, pointer).
+    """
+    return JsonSchemaCompiler(
+        schema, whitespace=whitespace, max_whitespace=max_whitespace,
+        property_order=property_order, max_recursion_depth=max_recursion_depth,
+        lenient=lenient, validate=validate, free_value_depth=free_value_depth,
+    ).build()
+
+
+def serialize_instance(instance: Any, schema: Any, *, validate: bool = False) -> str:
+    """The canonical serialization of ``instance`` for ``schema`` (what the compiled automaton
+    accepts when the instance is valid): compact separators, canonical numbers and string
+    escapes, object keys in the schema's declared order (anyOf/oneOf: the first branch the
+    instance satisfies), additional keys after them in the instance's order."""
+    c = JsonSchemaCompiler(schema, validate=validate, lenient=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return c.serialize(instance)
+
+
+def compile_json_schema(
+    schema: Any,
+    vocab,
+    *,
+    whitespace: str = "compact",
+    max_whitespace: int = 4,
+    property_order: str = "schema",
+    max_recursion_depth: int = 3,
+    lenient: bool = False,
+    free_value_depth: int = 2,
+):
+    """Compile a JSON Schema to a :class:`~.automaton.TokenAutomaton` over ``vocab``.
+
+    Same arguments as :func:`json_schema_to_nfa`.  ``meta`` records the options, the byte NFA
+    size, dropped keywords (lenient) and ignored unknown keywords.
+
+    Raises:
+        InvalidSchemaError, UnsupportedSchemaError: see :func:`json_schema_to_nfa`.
+        EmptyLanguageError: no token sequence over ``vocab`` is accepted.
+    """
+    from .automaton import TokenAutomaton
+
+    comp = JsonSchemaCompiler(
+        schema, whitespace=whitespace, max_whitespace=max_whitespace,
+        property_order=property_order, max_recursion_depth=max_recursion_depth,
+        lenient=lenient, free_value_depth=free_value_depth,
+    )
+    nfa = comp.build()  # already finalized (see _reduce)
+    meta = {
+        "kind": "json_schema",
+        "whitespace": whitespace,
+        "max_whitespace": max_whitespace,
+        "property_order": property_order,
+        "max_recursion_depth": max_recursion_depth,
+        "free_value_depth": free_value_depth,
+        "lenient": lenient,
+        "byte_states": nfa.num_states,
+        "byte_edges": nfa.num_edges,
+        "dropped": [list(x) for x in comp.dropped],
+        "ignored_keywords": sorted(comp.ignored),
+        "truncated_refs": sorted(comp.truncated),
+    }
+    return TokenAutomaton.from_byte_nfa(nfa, vocab, meta=meta)

@@ -1,0 +1,315 @@
+"""JSON Schema compiler: keyword semantics against the ``jsonschema`` package, sampling, errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import warnings
+from decimal import Decimal
+
+import jsonschema
+import pytest
+from tractable.fsa import nfa as N
+from tractable.fsa.errors import InvalidSchemaError, UnsupportedSchemaError
+from tractable.fsa.json_formats import canonical_number, multiple_of, number_range
+from tractable.fsa.json_schema import (
+    compile_json_schema,
+    json_schema_to_nfa,
+    serialize_instance,
+)
+from tractable.fsa.vocabulary import TokenVocabulary
+
+from tractable.testing.json_schema import PathSampler, check_instance_text
+
+
+def _nfa(schema, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return N.finalize(json_schema_to_nfa(schema, **kw))
+
+
+def _valid(schema, inst) -> bool:
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER).is_valid(inst)
+
+
+def _agree(schema, instances, **kw):
+    a = _nfa(schema, **kw)
+    for inst in instances:
+        text = serialize_instance(inst, schema)
+        assert N.matches(a, text.encode()) == _valid(schema, inst), (schema, text)
+    return a
+
+
+def _samples_valid(schema, n=40, max_len=40, seed=0, **kw):
+    a = _nfa(schema, **kw)
+    sampler = PathSampler(a, max_len)
+    rng = random.Random(seed)
+    for _ in range(n):
+        text = sampler.sample(rng)
+        why = check_instance_text(text, schema)
+        assert why == "", (schema, text, why)
+
+
+# --------------------------------------------------------------------------- numbers
+
+_NUMS = sorted({canonical_number(Decimal(s) * sgn) for s in
+                ["0", "1", "2", "2.5", "3", "0.05", "0.5", "9.99", "10", "10.01", "99", "100",
+                 "101", "7", "14", "0.25", "1.75", "12.5"] for sgn in (1, -1)},
+               key=Decimal)
+
+
+@pytest.mark.parametrize("integer", [True, False])
+def test_number_range_brute_force(integer):
+    bounds = [None, Decimal(0), Decimal("2.5"), Decimal(-3), Decimal(10), Decimal("0.05")]
+    for lo, hi in itertools.product(bounds, bounds):
+        for ls, us in itertools.product([False, True], repeat=2):
+            a = N.finalize(number_range(lo, ls, hi, us, integer))
+            for c in _NUMS:
+                x = Decimal(c)
+                want = "." not in c or not integer
+                if lo is not None:
+                    want = want and (x > lo if ls else x >= lo)
+                if hi is not None:
+                    want = want and (x < hi if us else x <= hi)
+                assert N.matches(a, c.encode()) == want, (lo, ls, hi, us, c)
+
+
+@pytest.mark.parametrize("m", ["3", "7", "0.5", "0.25", "1.5", "0.01"])
+def test_multiple_of_brute_force(m):
+    m = Decimal(m)
+    for integer in (True, False):
+        a = N.finalize(multiple_of(m, integer))
+        for c in _NUMS:
+            x = Decimal(c)
+            want = (x / m) == int(x / m) and ("." not in c or not integer)
+            assert N.matches(a, c.encode()) == want, (m, integer, c)
+
+
+def test_canonical_numbers():
+    assert canonical_number(1.0) == "1"
+    assert canonical_number(-0.0) == "0"
+    assert canonical_number(1e-05) == "0.00001"
+    assert canonical_number(2.50) == "2.5"
+    a = _nfa({"type": "number"})
+    for bad in ["01", "-0", "1.0", "1e5", "1.", ".5", "+1", "1.50"]:
+        assert not N.matches(a, bad.encode()), bad
+
+
+# --------------------------------------------------------------------------- keywords
+
+CASES = [
+    ({"type": "integer", "minimum": -3, "exclusiveMaximum": 12},
+     [-4, -3, 0, 11, 12, 5.0, 1.5, "1"]),
+    ({"type": "number", "multipleOf": 0.5, "maximum": 3}, [0, 0.5, 1.25, 3, 3.5, -2.5, True]),
+    ({"type": "integer", "multipleOf": 3}, [0, 3, -9, 4, 300, 301]),
+    ({"type": ["string", "null"], "minLength": 2, "maxLength": 3},
+     ["a", "ab", "abc", "abcd", None, "é\"", "\n\t", 3]),
+    ({"type": "string", "pattern": "^[a-c]+x?$"}, ["abc", "abx", "abd", "", "x"]),
+    ({"type": "string", "pattern": "b\\d"}, ["ab1", "b", "xxb9yy", "bd"]),
+    ({"enum": [1, "a", None, [1, 2], {"k": True}]},
+     [1, 1.0, "a", None, [1, 2], [2, 1], {"k": True}, {"k": 1}, True, 2]),
+    ({"const": {"a": [1, {"b": None}]}}, [{"a": [1, {"b": None}]}, {"a": [1]}]),
+    ({"type": "boolean"}, [True, False, 0, None]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+      "required": ["b"], "additionalProperties": False},
+     [{"b": "x"}, {"a": 1, "b": "y"}, {"a": 1}, {"b": "x", "c": 1}, {"a": "1", "b": "x"}, {}]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}},
+      "additionalProperties": {"type": "boolean"}},
+     [{"a": 1, "z": True}, {"z": 1}, {"a": 1, "q": False, "r": True}]),
+    ({"type": "object", "minProperties": 1, "maxProperties": 2,
+      "properties": {"a": {"type": "null"}, "b": {"type": "null"}},
+      "additionalProperties": {"type": "null"}},
+     [{}, {"a": None}, {"a": None, "b": None}, {"a": None, "b": None, "c": None}, {"c": None}]),
+    ({"type": "object", "patternProperties": {"^x-": {"type": "integer"}},
+      "additionalProperties": False},
+     [{"x-a": 1}, {"x-a": "1"}, {"y": 1}, {}]),
+    ({"type": "object", "patternProperties": {"^n": {"type": "integer"}},
+      "additionalProperties": {"type": "string"}},
+     [{"n1": 1}, {"n1": "1"}, {"s": "x"}, {"s": 1}]),
+    ({"type": "object", "propertyNames": {"maxLength": 2},
+      "additionalProperties": {"type": "integer"}}, [{"ab": 1}, {"abc": 1}, {}]),
+    ({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
+     [[], [1], [1, 2, 3], [1, 2, 3, 4], ["a"]]),
+    ({"type": "array", "prefixItems": [{"type": "string"}, {"type": "null"}], "items": False},
+     [[], ["a"], ["a", None], ["a", None, 1], [1]]),
+    ({"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 5},
+      "minContains": 2}, [[5, 6], [5], [1, 5, 2, 9], []]),
+    ({"anyOf": [{"type": "integer", "minimum": 10}, {"type": "string", "maxLength": 1}]},
+     [10, 9, "a", "ab", None]),
+    ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, [1, "a", None, 1.5]),
+    ({"allOf": [{"type": "string", "minLength": 2}, {"maxLength": 3}, {"pattern": "^a"}]},
+     ["ab", "a", "abcd", "ba"]),
+    ({"allOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]},
+     [{"a": 1, "b": 2}, {"a": 1}, {"b": 2, "a": 1}]),
+    ({"$defs": {"pos": {"type": "integer", "exclusiveMinimum": 0}},
+      "type": "array", "items": {"$ref": "#/$defs/pos"}}, [[1, 2], [0], []]),
+    ({"type": "string", "format": "date"}, ["2024-02-29", "2023-02-29", "2024-04-31", "24-1-1"]),
+    ({"type": "string", "format": "ipv4"}, ["1.2.3.4", "256.1.1.1", "01.1.1.1"]),
+    ({"type": "string", "format": "uuid"}, ["123e4567-e89b-12d3-a456-426614174000", "123"]),
+    ({"type": "string", "format": "date-time"}, ["2020-01-01T00:00:00Z", "2020-01-01 00:00"]),
+    ({"type": "string", "format": "email"}, ["a@b.co", "ab", "a.b@[127.0.0.1]"]),
+]
+
+
+@pytest.mark.parametrize("schema,instances", CASES, ids=[json.dumps(c[0])[:60] for c in CASES])
+def test_keywords_agree_with_jsonschema(schema, instances):
+    _agree(schema, instances)
+
+
+@pytest.mark.parametrize("schema,instances", CASES, ids=[json.dumps(c[0])[:60] for c in CASES])
+def test_samples_validate(schema, instances):
+    _samples_valid(schema, n=25, max_len=50)
+
+
+def test_samples_validate_formats():
+    for f in ["date", "time", "date-time", "duration", "email", "hostname", "ipv4", "ipv6",
+              "uuid", "uri"]:
+        _samples_valid({"type": "string", "format": f}, n=30, max_len=45, seed=1)
+
+
+def test_string_escapes_are_canonical():
+    a = _nfa({"type": "string"})
+    for s in ['"\\u0001"', '"\\n"', '"\\""', '"é"', '"\x7f"']:
+        assert N.matches(a, s.encode()), s
+    for s in ['"\\/"', '"\\u00e9"', '"\\u000a"', '"\n"', '"\\U0001"']:
+        assert not N.matches(a, s.encode()), s
+    # lengths count decoded code points: "\n" is one character
+    b = _nfa({"type": "string", "maxLength": 1})
+    assert N.matches(b, b'"\\n"') and N.matches(b, '"é"'.encode())
+    assert not N.matches(b, b'"ab"')
+
+
+def test_pattern_applies_to_decoded_content():
+    a = _nfa({"type": "string", "pattern": '^a"b$'})
+    assert N.matches(a, b'"a\\"b"')
+    assert not N.matches(a, b'"a"b"')
+    c = _nfa({"type": "string", "pattern": "^x\\ny$"})
+    assert N.matches(c, b'"x\\ny"')
+
+
+def test_ecma_dollar_and_dot():
+    a = _nfa({"type": "string", "pattern": "^ab$"})
+    assert not N.matches(a, b'"ab\\n"')  # Python's $ would allow a final newline; ECMA does not
+    d = _nfa({"type": "string", "pattern": "^.$"})
+    assert not N.matches(d, b'"\\r"') and N.matches(d, b'"x"')
+
+
+def test_property_order_schema_and_any():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+              "required": ["a", "b"], "additionalProperties": False}
+    s = _nfa(schema)
+    assert N.matches(s, b'{"a":1,"b":2}') and not N.matches(s, b'{"b":2,"a":1}')
+    a = _nfa(schema, property_order="any")
+    assert N.matches(a, b'{"a":1,"b":2}') and N.matches(a, b'{"b":2,"a":1}')
+    assert not N.matches(a, b'{"a":1,"a":2}') and not N.matches(a, b'{"a":1}')
+
+
+def test_any_order_refuses_many_properties():
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "null"} for i in range(12)}}
+    with pytest.raises(UnsupportedSchemaError) as e:
+        _nfa(schema, property_order="any")
+    assert e.value.keyword == "properties"
+
+
+def test_flexible_whitespace_is_bounded():
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "null"}}}}
+    a = _nfa(schema, whitespace="flexible", max_whitespace=2)
+    assert N.matches(a, b'{ "a" :\n[ null , null ] }')
+    assert N.matches(a, b'{"a":[null]}')
+    assert not N.matches(a, b'{   "a":[]}')  # 3 > max_whitespace
+
+
+def test_oneof_disjointness():
+    ok = {"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}}, "required": ["k"]},
+                    {"type": "object", "properties": {"k": {"const": "b"}, "x": {}},
+                     "required": ["k"]}]}
+    _agree(ok, [{"k": "a"}, {"k": "b", "x": 1}, {"k": "c"}])
+    bad = {"oneOf": [{"type": "integer"}, {"minimum": 2}]}
+    with pytest.raises(UnsupportedSchemaError) as e:
+        _nfa(bad)
+    assert e.value.keyword == "oneOf" and e.value.pointer == "#/oneOf"
+    with pytest.warns(UserWarning, match="SUPERSET"):
+        json_schema_to_nfa(bad, lenient=True)
+
+
+def test_unsupported_pointer_and_lenient():
+    schema = {"properties": {"items": {"anyOf": [{"type": "null"}, {"type": "string"},
+                                                 {"not": {"type": "integer"}}]}}}
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_nfa(schema)
+    assert e.value.keyword == "not"
+    assert e.value.pointer == "#/properties/items/anyOf/2/not"
+    with pytest.warns(UserWarning, match=r"not at #/properties/items/anyOf/2/not"):
+        json_schema_to_nfa(schema, lenient=True)
+
+
+def test_invalid_schema():
+    with pytest.raises(InvalidSchemaError) as e:
+        json_schema_to_nfa({"type": "object", "properties": {"a": {"type": 5}}})
+    assert "properties/a/type" in str(e.value)
+    with pytest.raises(InvalidSchemaError):
+        json_schema_to_nfa({"minLength": -1})
+    with pytest.raises(InvalidSchemaError):
+        json_schema_to_nfa({"$ref": "#/$defs/missing"})
+
+
+def test_recursion_unrolled_with_warning():
+    schema = {"$defs": {"node": {"type": "object", "properties": {
+        "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+        "additionalProperties": False}}, "$ref": "#/$defs/node"}
+    with pytest.warns(UserWarning, match="unrolled to depth 2"):
+        a = N.finalize(json_schema_to_nfa(schema, max_recursion_depth=2))
+    assert N.matches(a, b'{"v":1,"kids":[{"kids":[]}]}')
+    assert not N.matches(a, b'{"kids":[{"kids":[{"kids":[]}]}]}')  # deeper than 2: dropped
+
+
+def test_annotations_ignored_and_unknown_recorded(tiny_vocab):
+    schema = {"title": "t", "description": "d", "default": 1, "examples": [1], "x-custom": 3,
+              "type": "integer", "minimum": 0, "maximum": 3}
+    A = compile_json_schema(schema, tiny_vocab)
+    assert A.meta["ignored_keywords"] == ["x-custom"]
+
+
+@pytest.fixture(scope="module")
+def tiny_vocab():
+    toks = [chr(c) for c in range(32, 127)] + ['{"', '":', '",', "null", "true", "false", "\\n",
+                                               "\\\"", "é"]
+    return TokenVocabulary.from_token_bytes(toks, name="tiny")
+
+
+def test_token_level_tiny_vocab(tiny_vocab):
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
+                                                     "maximum": 20}},
+              "required": ["n"], "additionalProperties": False}
+    A = compile_json_schema(schema, tiny_vocab)
+    tb = tiny_vocab.token_bytes
+    index = {t: i for i, t in enumerate(tb)}
+
+    def ids(s):
+        return [index[bytes([b])] for b in s.encode()]
+
+    assert A.accepts(ids('{"n":7}'))
+    assert A.accepts([index[b'{"'], *ids("n"), index[b'":'], *ids("20}")])
+    assert not A.accepts(ids('{"n":21}'))
+    assert not A.accepts(ids('{"n":7'))
+
+
+def test_token_level_llama3(llama3_vocab, llama3_tokenizer):
+    schema = {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "date": {"type": "string", "format": "date"},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}},
+        "required": ["name", "date"], "additionalProperties": False}
+    A = compile_json_schema(schema, llama3_vocab)
+    good = {"name": "Zoë \"Z\"", "date": "2024-02-29", "tags": ["a", "b"]}
+    text = serialize_instance(good, schema)
+    ids = llama3_tokenizer.encode(text, add_special_tokens=False).ids
+    assert A.accepts(ids)
+    for bad in [{"name": "x", "date": "2023-02-29"}, {"name": "x" * 21, "date": "2024-01-01"},
+                {"name": "x", "date": "2024-01-01", "tags": ["c"]}]:
+        ids = llama3_tokenizer.encode(serialize_instance(bad, schema),
+                                      add_special_tokens=False).ids
+        assert not A.accepts(ids)
