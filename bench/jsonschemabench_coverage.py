@@ -149,6 +149,7 @@ def summarize(results, llg, args) -> None:
             "invalid_total": sum(r.get("invalid_total", 0) for r in comp),
             "samples_valid": sum(r.get("samples_valid", 0) for r in comp),
             "samples": sum(r.get("samples", 0) for r in comp),
+            "unrepresentable": sum(r.get("unrepresentable", 0) for r in comp),
         }
         rows.append(row)
         for k, v in row.items():
@@ -173,7 +174,10 @@ def summarize(results, llg, args) -> None:
          "expected-results file does not list as `json_error` (its MaskBench coverage). "
          "valid acc. = valid test instances (canonical serialization) accepted; invalid acc. = "
          "invalid instances accepted (soundness: goal 0); samples = strings sampled from the "
-         "automaton that `jsonschema` (format checker on, duplicate keys = failure) validates.",
+         "automaton that `jsonschema` (format checker on, duplicate keys = failure) validates. "
+         "Test instances whose canonical serialization the validator judges differently from "
+         "the label (draft-04 reads `12345.0` as a non-integer; its canonical text `12345` is an "
+         "integer) are not representable and are left out (count in the json).",
          "",
          "| subset | schemas | compiled | unsupported | invalid schema | timeout | error | "
          "llguidance | valid acc. | invalid acc. | samples valid |",
