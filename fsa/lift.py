@@ -356,53 +356,6 @@ def _is_cut(mask: int) -> bool:
     return mask & (mask - 1) == 0 and mask < (1 << 128)
 
 
-def _sccs(n: int, succ: list[list[int]]) -> list[int]:
-    """Strongly connected component label per state (iterative Tarjan)."""
-    index = [-1] * n
-    low = [0] * n
-    on = [False] * n
-    comp = [-1] * n
-    stack: list[int] = []
-    counter = 0
-    ncomp = 0
-    for root in range(n):
-        if index[root] >= 0:
-            continue
-        work = [(root, 0)]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on[root] = True
-        while work:
-            v, i = work[-1]
-            if i < len(succ[v]):
-                work[-1] = (v, i + 1)
-                w = succ[v][i]
-                if index[w] < 0:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on[w] = True
-                    work.append((w, 0))
-                elif on[w] and index[w] < low[v]:
-                    low[v] = index[w]
-                continue
-            work.pop()
-            if work:
-                u = work[-1][0]
-                if low[v] < low[u]:
-                    low[u] = low[v]
-            if low[v] == index[v]:
-                while True:
-                    w = stack.pop()
-                    on[w] = False
-                    comp[w] = ncomp
-                    if w == v:
-                        break
-                ncomp += 1
-    return comp
-
-
 @dataclass(frozen=True)
 class _Component:
     """One copy of a template: ``states[r]`` is the real state of relative state r;
@@ -418,18 +371,22 @@ def _components(nfa: ByteNFA) -> list[_Component]:
     """Strongly connected components of the byte NFA without its cut edges, each with at least
     one internal edge, in a canonical relative numbering (breadth-first from the entry states,
     out-edges by (mask, destination)); two copies with equal ``sig`` are isomorphic."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
     S = nfa.num_states
-    succ: list[list[int]] = [[] for _ in range(S)]
-    for s, m, d in nfa.edges:
-        if not _is_cut(m):
-            succ[s].append(d)
-    comp = _sccs(S, succ)
-    loops: set[int] = set()
-    for s, m, d in nfa.edges:
-        if comp[s] == comp[d] and not _is_cut(m):
-            loops.add(comp[s])
+    if not nfa.edges:
+        return []
+    keep = np.array([not _is_cut(m) for _, m, _ in nfa.edges], dtype=bool)
+    src = np.fromiter((e[0] for e in nfa.edges), dtype=np.int64, count=len(nfa.edges))
+    dst = np.fromiter((e[2] for e in nfa.edges), dtype=np.int64, count=len(nfa.edges))
+    g = csr_matrix((np.ones(int(keep.sum()), dtype=np.int8), (src[keep], dst[keep])), shape=(S, S))
+    _, lab = connected_components(g, directed=True, connection="strong")
+    inner = keep & (lab[src] == lab[dst])
+    loops: set[int] = set(np.unique(lab[src[inner]]).tolist())
     if not loops:
         return []
+    comp = lab.tolist()
     # Absorb satellites: states entered only from a loop's region and leaving only into it
     # (escape sequences inside a JSON string: `\\`, `\\u` and four hex digits).  They are
     # part of every copy's walk anyway; as members they stop costing a walk each.
