@@ -2,17 +2,26 @@
 
 Same schemas, one run, one engine at a time, each compile in a worker process with a time limit
 (a timed-out worker is killed and restarted; the tokenizer is loaded once per worker, outside the
-timing).  Engines:
+timing).  Two languages are compared separately, because the engines' defaults differ:
 
-* tractable — ``compile_json_schema(schema, vocab)`` (byte NFA + token lifting; strict mode);
-* xgrammar — ``GrammarCompiler(info, max_threads=1, cache_enabled=False)
-  .compile_json_schema(schema, any_whitespace=False)``;
-* outlines-core — ``Index(build_regex_from_schema(schema), Vocabulary(...))``.
+* **spec** — Draft 2020-12 semantics: properties the schema does not list are allowed where
+  ``additionalProperties`` is unspecified (with keys different from the listed names):
+  ``tractable`` (``compile_json_schema(schema, vocab)``) vs ``xgrammar_nonstrict``
+  (``compile_json_schema(schema, any_whitespace=False, strict_mode=False)``);
+* **strict** — unlisted properties are never generated: ``tractable_strict``
+  (``compile_json_schema(schema, vocab, strict=True)``) vs ``xgrammar`` (its default
+  ``strict_mode=True``) and ``outlines_core`` (``Index(build_regex_from_schema(schema), ...)``,
+  whose regexes never allow unlisted properties).
+
+xgrammar runs with ``max_threads=1`` and no cache.  tractable's worker compiles one small schema
+at start-up, outside the timing: vocabulary-level precomputation (the trie walks of a JSON
+string's content, cached per vocabulary), the counterpart of xgrammar's ``TokenizerInfo``.
 
 Subsets: GlaiveAI (Glaiveai2K), Github_medium, Kubernetes of JSONSchemaBench; the first
 ``--per-subset`` schemas of each (file order).  Reports, per engine and subset: compiled / errors
 / timeouts, and median, p90, max compile seconds over the schemas that engine compiled, and over
-the schemas *all* engines compiled (the fair comparison).
+the schemas every engine of its language compiled (the fair comparison), with the median of the
+per-schema ratios tractable / xgrammar.
 
 Usage: python bench/json_schema_bench.py [--per-subset 30] [--timeout 60]
 Writes bench/results/json_schema_compile_time.{md,json,png}.
@@ -36,26 +45,30 @@ sys.path.insert(0, str(ROOT / "bench"))
 OUT = ROOT / "bench" / "results"
 TOKENIZER = ROOT / "fixtures" / "tokenizers" / "llama3" / "tokenizer.json"
 SUBSETS = ["Glaiveai2K", "Github_medium", "Kubernetes"]
-ENGINES = ["tractable", "xgrammar", "outlines_core"]
+ENGINES = ["tractable", "xgrammar_nonstrict", "tractable_strict", "xgrammar", "outlines_core"]
+LANGUAGE = {"tractable": "spec", "xgrammar_nonstrict": "spec", "tractable_strict": "strict",
+            "xgrammar": "strict", "outlines_core": "strict"}
 
 
 def _setup(engine: str):
-    if engine == "tractable":
+    if engine in ("tractable", "tractable_strict"):
+        import warnings
+
         from tractable.fsa.json_schema import compile_json_schema
         from tractable.fsa.vocabulary import TokenVocabulary
 
         vocab = TokenVocabulary.from_tokenizer_file(TOKENIZER)
+        opts = {"strict": True} if engine == "tractable_strict" else {}
 
         def run(schema):
-            import warnings
-
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                A = compile_json_schema(schema, vocab)
+                A = compile_json_schema(schema, vocab, **opts)
             return {"states": A.num_states, "edges": A.num_edges}
 
+        run({"type": "object", "properties": {"a": {"type": "string"}}})  # vocabulary warm-up
         return run
-    if engine == "xgrammar":
+    if engine in ("xgrammar", "xgrammar_nonstrict"):
         import xgrammar as xgr
         from transformers import PreTrainedTokenizerFast
 
@@ -63,8 +76,10 @@ def _setup(engine: str):
         info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))
         comp = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
 
+        strict = engine == "xgrammar"
+
         def run(schema):
-            comp.compile_json_schema(json.dumps(schema), any_whitespace=False)
+            comp.compile_json_schema(json.dumps(schema), any_whitespace=False, strict_mode=strict)
             return {}
 
         return run
@@ -131,6 +146,10 @@ class Worker:
         self.p.join(10)
 
 
+def _ratio(st) -> str:
+    return "—" if st is None else f"{st['median']:.2f} ({st['p90']:.2f})"
+
+
 def _stats(xs):
     if not xs:
         return None
@@ -170,16 +189,25 @@ def main() -> None:
         "date": date.today().isoformat(), "vocabulary": "Llama-3 (128,256 ids)"}
     table = []
     for sub in SUBSETS:
-        ok_all = set.intersection(*[
-            {r["id"] for r in results[e][sub] if r["status"] == "ok"} for e in engines])
         for eng in engines:
+            peers = [e for e in engines if LANGUAGE[e] == LANGUAGE[eng]]
+            ok_all = set.intersection(*[
+                {r["id"] for r in results[e][sub] if r["status"] == "ok"} for e in peers])
             res = results[eng][sub]
             mine = [r["seconds"] for r in res if r["status"] == "ok"]
             common = [r["seconds"] for r in res if r["id"] in ok_all]
-            table.append({"subset": sub, "engine": eng, "schemas": len(res),
-                          "ok": len(mine), "errors": sum(r["status"] == "error" for r in res),
+            ratio = None
+            ours = "tractable" if LANGUAGE[eng] == "spec" else "tractable_strict"
+            if eng.startswith("xgrammar") and ours in engines:
+                t = {r["id"]: r["seconds"] for r in results[ours][sub]}
+                x = {r["id"]: r["seconds"] for r in res}
+                ratio = _stats([t[i] / x[i] for i in ok_all if x[i] > 0])
+            table.append({"subset": sub, "engine": eng, "language": LANGUAGE[eng],
+                          "schemas": len(res), "ok": len(mine),
+                          "errors": sum(r["status"] == "error" for r in res),
                           "timeouts": sum(r["status"] == "timeout" for r in res),
-                          "own": _stats(mine), "common": _stats(common)})
+                          "own": _stats(mine), "common": _stats(common),
+                          "ratio_tractable_over_this": ratio})
     (OUT / "json_schema_compile_time.json").write_text(json.dumps(
         {"meta": meta, "table": table, "results": results}, indent=0))
 
@@ -191,19 +219,28 @@ def main() -> None:
          f"{meta['python']}; {', '.join(f'{k} {v}' for k, v in versions.items())}; "
          f"{meta['date']}.", "",
          "Each compile runs in a worker process with the time limit; the vocabulary/tokenizer is "
-         "loaded once per worker outside the timing. tractable = byte NFA + token lifting "
-         "(strict mode: unsupported schemas are errors); xgrammar `max_threads=1`, no cache, "
-         "`any_whitespace=False`; outlines-core = regex + Index. \"common\" = schemas every "
-         "engine compiled (the fair comparison).", "",
-         "| subset | engine | compiled | errors | timeouts | median (own) | p90 (own) | "
-         "max (own) | n common | median (common) | p90 (common) | max (common) |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "loaded once per worker outside the timing. Languages: **spec** = Draft 2020-12 "
+         "(unlisted properties allowed where `additionalProperties` is unspecified): tractable "
+         "vs xgrammar `strict_mode=False`; **strict** = unlisted properties never generated: "
+         "tractable `strict=True` vs xgrammar (default `strict_mode=True`) and outlines-core. "
+         "tractable errors = unsupported keywords (never dropped silently); xgrammar "
+         "`max_threads=1`, no cache, `any_whitespace=False`; outlines-core = regex + Index. "
+         "\"common\" = schemas every engine of the same language compiled (the fair "
+         "comparison); ratio = median (p90) over those schemas of tractable's time / this "
+         "engine's time.", "",
+         "| subset | language | engine | compiled | errors | timeouts | median (own) | p90 (own) "
+         "| max (own) | n common | median (common) | p90 (common) | max (common) | tractable / "
+         "this: median (p90) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
-        L.append(f"| {r['subset']} | {r['engine']} | {r['ok']}/{r['schemas']} | {r['errors']} | "
+        rt = r["ratio_tractable_over_this"]
+        L.append(f"| {r['subset']} | {r['language']} | {r['engine']} | {r['ok']}/{r['schemas']} "
+                 f"| {r['errors']} | "
                  f"{r['timeouts']} | {f(r['own'], 'median')} | {f(r['own'], 'p90')} | "
                  f"{f(r['own'], 'max')} | {r['common']['n'] if r['common'] else 0} | "
                  f"{f(r['common'], 'median')} | {f(r['common'], 'p90')} | "
-                 f"{f(r['common'], 'max')} |")
+                 f"{f(r['common'], 'max')} | "
+                 f"{_ratio(rt)} |")
     (OUT / "json_schema_compile_time.md").write_text("\n".join(L) + "\n")
     import matplotlib
 

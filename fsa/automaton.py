@@ -532,6 +532,8 @@ def _merge_rows(packed, label_of_edge, kept_key, r_key, row_id, rows):
     ``r_key``/``row_id``: edge key and row of ``rows`` for each shared contribution.  Returns
     the distinct rows actually used and the label of each edge.
     """
+    if kept_key.size == 0:
+        return packed[:0], label_of_edge
     ri = np.searchsorted(kept_key, r_key)
     ok = np.nonzero((ri < kept_key.size) & (kept_key[np.minimum(ri, kept_key.size - 1)]
                                             == r_key))[0]

@@ -59,15 +59,23 @@ def apply_mask_ref(
     logits: torch.Tensor, mask: torch.Tensor, *, temperature: float | None = None,
     normalize: str | None = None,
 ) -> torch.Tensor:
-    """Pure-torch :func:`apply_mask` (same mutation contract)."""
+    """Pure-torch :func:`apply_mask` (same mutation contract).
+
+    ``torch.where(allowed, x, -inf, out=...)`` with the byte-table unpacking of
+    :func:`unpack_mask`: at V = 128,256 on real masks (bench/kernel_bench.py, one thread on the
+    loaded 2-core box) 3.3 / 20 / 564 ms at B = 16 / 64 / 1024, against 8.8 / 116 / 2506 ms for
+    ``masked_fill_(~unpacked)`` with an int32 [B, W, 32] shift temporary.  (``where`` on CPU
+    branches per element: on random 50 % masks it is ~5× slower than on real ones.)
+    """
     _check(logits, mask, temperature, normalize)
     allowed = unpack_mask(mask, logits.shape[1])
+    ninf = torch.tensor(float("-inf"), dtype=torch.float32, device=logits.device)
     if normalize is None and temperature is None:
-        return logits.masked_fill_(~allowed, float("-inf"))
+        return torch.where(allowed, logits, ninf.to(logits.dtype), out=logits)
     x = logits.float()
     if temperature is not None:
         x = x / float(temperature)
-    x = x.masked_fill(~allowed, float("-inf"))
+    x = torch.where(allowed, x, ninf, out=x if x is not logits else None)
     if normalize is None:
         return logits.copy_(x)
     return torch.softmax(x, -1) if normalize == "softmax" else torch.log_softmax(x, -1)

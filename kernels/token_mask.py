@@ -22,7 +22,9 @@ Shapes and dtypes (S states, E edges, L label sets, V vocabulary, W = ceil(V / 3
   ``edge_label`` int64 [E]; ``labels`` int32 [L, W] (token ``v`` in set ``l`` iff
   ``(labels[l, v >> 5] >> (v & 31)) & 1``); ``distance`` int64 [S] (shortest number of tokens
   from each state to an accepting state, 0 if final, :data:`UNREACHABLE` if none);
-  ``final`` uint8 [S]; ``eos_words`` int32 [W] (the EOS ids as a packed row);
+  ``final`` uint8 [S]; ``eos_words`` int32 [W] (the EOS ids as a packed row); ``src_order``
+  int64 [E] and ``src_ptr`` int64 [S + 1] (the edges grouped by source state: those of ``s``
+  are ``src_order[src_ptr[s]:src_ptr[s + 1]]``; read by the torch path only);
 * result: packed int32 [B, W] (bits past ``V`` in the last word are always 0), the layout of
   xgrammar's token bitmask; :func:`unpack_mask` gives bool [B, V].
 
@@ -40,6 +42,7 @@ the output buffers.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -79,6 +82,8 @@ class MaskTables:
     eos_words: torch.Tensor
     vocab_size: int
     num_states: int
+    src_order: torch.Tensor
+    src_ptr: torch.Tensor
 
     @property
     def device(self) -> torch.device:
@@ -93,6 +98,7 @@ class MaskTables:
             self.edge_src.to(device), self.edge_dst.to(device), self.edge_label.to(device),
             self.labels.to(device), self.distance.to(device), self.final.to(device),
             self.eos_words.to(device), self.vocab_size, self.num_states,
+            self.src_order.to(device), self.src_ptr.to(device),
         )
 
     @classmethod
@@ -127,7 +133,7 @@ def prepare_mask(
     """Check and convert the automaton tensors once (all on ``labels.device``).
 
     Raises:
-        ValueError: inconsistent shapes or dtypes.
+        ValueError: inconsistent shapes or dtypes, or an ``edge_src`` outside ``[0, S)``.
         TokenError: an EOS id outside ``[0, vocab_size)``.
     """
     dev = labels.device
@@ -150,8 +156,15 @@ def prepare_mask(
         eos[t >> 5] |= 1 << (t & 31)
     # int64 → int32 keeps the low 32 bits (two's complement), as the packed layout wants
     eos_words = torch.where(eos >= 2**31, eos - 2**32, eos).to(torch.int32)
+    src = edge_src.to(dev, torch.int64).contiguous()
+    if E and not 0 <= int(src.min()) <= int(src.max()) < S:
+        raise ValueError(f"edge_src must lie in [0, {S})")
+    # edges grouped by source state (the torch path walks only the active states' edges)
+    src_order = torch.argsort(src, stable=True)
+    src_ptr = torch.zeros(S + 1, dtype=torch.int64, device=dev)
+    src_ptr[1:] = torch.cumsum(torch.bincount(src, minlength=S), 0)
     return MaskTables(
-        edge_src.to(dev, torch.int64).contiguous(),
+        src,
         edge_dst.to(dev, torch.int64).contiguous(),
         edge_label.to(dev, torch.int64).contiguous(),
         labels.to(dev, torch.int32).contiguous(),
@@ -160,17 +173,43 @@ def prepare_mask(
         eos_words.to(dev),
         int(vocab_size),
         S,
+        src_order,
+        src_ptr,
     )
 
 
 # ---------------------------------------------------------------------------- helpers
 
 
+_BIT_TABLES: dict[torch.device, torch.Tensor] = {}
+
+
+def _bit_table(device) -> torch.Tensor:
+    """bool [256, 8]: bit ``j`` of byte ``x`` at ``[x, j]``, cached per device."""
+    key = torch.device(device)
+    t = _BIT_TABLES.get(key)
+    if t is None:
+        t = _BIT_TABLES[key] = ((torch.arange(256)[:, None] >> torch.arange(8)) & 1).bool().to(
+            device)
+    return t
+
+
 def unpack_mask(packed: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """int32 [..., W] → bool [..., vocab_size], on the tensor's device."""
+    """int32 [..., W] → bool [..., vocab_size], on the tensor's device.
+
+    Little-endian: bit ``v & 31`` of word ``v >> 5`` is bit ``v & 7`` of byte ``v >> 3``, so
+    one lookup per byte in a [256, 8] table gives 8 bools at once.  At B = 64, V = 128,256 (one
+    thread, loaded 2-core box) this took 11 ms against 37 ms for shifting every int32 word 32
+    times, which also made an int32 [B, W, 32] temporary 4× the size of the result.
+    """
+    lead = packed.shape[:-1]
+    if sys.byteorder == "little" and packed.dtype == torch.int32:
+        by = packed.contiguous().view(torch.uint8).reshape(-1).to(torch.int32)
+        bits = torch.index_select(_bit_table(packed.device), 0, by)
+        return bits.reshape(*lead, packed.shape[-1] * 32)[..., :vocab_size]
     shifts = torch.arange(32, dtype=torch.int32, device=packed.device)
-    bits = (packed.unsqueeze(-1) >> shifts) & 1
-    return bits.reshape(*packed.shape[:-1], -1)[..., :vocab_size].bool()
+    bits = ((packed.to(torch.int32).unsqueeze(-1) >> shifts) & 1).bool()
+    return bits.reshape(*lead, packed.shape[-1] * 32)[..., :vocab_size]
 
 
 def pack_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -219,30 +258,69 @@ def _inputs(active: torch.Tensor, remaining, tables: MaskTables, mode: str):
 def token_mask_ref(
     active: torch.Tensor, remaining, tables: MaskTables, mode: str = "gcd"
 ) -> torch.Tensor:
-    """Pure-torch :func:`token_mask` → packed int32 [B, W] (any device)."""
+    """Pure-torch :func:`token_mask` → packed int32 [B, W] (any device).
+
+    Sparse in the state sets: only the out-edges of the active ``(request, state)`` pairs are
+    visited (``tables.src_order`` / ``src_ptr``), which marks ``allowed`` bool [B, L]; requests
+    with the same marked label sets (and EOS flag) share one OR of their ``labels`` rows, the
+    rows of the largest sets first.  Work: ``O(Σ active out-degree + Σ_unique |set| · W + B·W)``.
+    Measured at V = 128,256 on bench/kernel_bench.py's JSON-schema automaton (one thread on the
+    loaded 2-core box, same process and states): the dense version (a [B, E] edge test, then
+    ``max |set|`` passes of a masked [B, W] OR) took 6.9 / 23 / 515 ms at B = 16 / 64 / 1024,
+    this one 1.2 / 2.9 / 32 ms.
+    """
     act, rem = _inputs(active, remaining, tables, mode)
     B, W, L = act.shape[0], tables.num_words, tables.labels.shape[0]
     dev = act.device
-    ok = act[:, tables.edge_src].bool() & (rem >= 1)[:, None]  # [B, E]
+    live = rem >= 1
+    if B == 0 or W == 0:
+        return torch.zeros(B, W, dtype=torch.int32, device=dev)
+    # (request, active state) pairs → their out-edges
+    b_s, s = ((act != 0) & live[:, None]).nonzero(as_tuple=True)
+    start = tables.src_ptr[s]
+    deg = tables.src_ptr[s + 1] - start
+    n = int(deg.sum()) if deg.numel() else 0
+    b_e = torch.repeat_interleave(b_s, deg, output_size=n)
+    first = torch.repeat_interleave(start - (torch.cumsum(deg, 0) - deg), deg, output_size=n)
+    e = tables.src_order[first + torch.arange(n, device=dev)]
     if mode == "gcd":
-        ok &= tables.distance[tables.edge_dst][None, :] < rem[:, None]
-    allowed = torch.zeros(B, L, dtype=torch.uint8, device=dev)
-    allowed.scatter_reduce_(
-        1, tables.edge_label.expand(B, -1), ok.to(torch.uint8), reduce="amax"
-    )
-    out = torch.zeros(B, W, dtype=torch.int32, device=dev)
-    counts = allowed.sum(1, dtype=torch.int64)
-    K = int(counts.max()) if B and L else 0
+        keep = tables.distance[tables.edge_dst[e]] < rem[b_e]
+        b_e, e = b_e[keep], e[keep]
+    # allowed[b, l] for l < L; column L: the EOS flag
+    allowed = torch.zeros(B, L + 1, dtype=torch.bool, device=dev)
+    allowed[b_e, tables.edge_label[e]] = True
+    allowed[:, L] = (act.bool() & tables.final.bool()[None, :]).any(1) & live
+    if B > 1:
+        uniq, inv = torch.unique(allowed, dim=0, return_inverse=True)
+    else:
+        uniq, inv = allowed, None
+    counts = uniq[:, :L].sum(1)
+    U = uniq.shape[0]
+    by_size = None
+    if U > 1:
+        by_size = torch.argsort(counts, descending=True, stable=True)
+        uniq, counts = uniq[by_size], counts[by_size]
+    out = torch.zeros(U, W, dtype=torch.int32, device=dev)
+    K = int(counts[0]) if U and L else 0
     if K:
-        # marked label ids first, K iterations of a [B, W] OR
-        order = torch.argsort(allowed, dim=1, descending=True, stable=True)
-        for k in range(K):
-            rows = tables.labels[order[:, k]]
-            out |= torch.where((counts > k)[:, None], rows, 0)
-    eos_ok = ((act.bool() & tables.final.bool()[None, :]).any(1) & (rem >= 1))
-    out |= torch.where(eos_ok[:, None], tables.eos_words[None, :], 0)
-    out &= _tail_mask(tables.vocab_size, W, dev)[None, :]
-    return out
+        # marked label ids first (row u: ids[u, :counts[u]]); rows sorted by count, so the
+        # rows still busy at step k are a prefix
+        ids = torch.argsort(uniq[:, :L].to(torch.uint8), dim=1, descending=True,
+                            stable=True)[:, :K]
+        busy = (counts[None, :] > torch.arange(K, device=dev)[:, None]).sum(1).tolist()
+        buf = torch.empty(U, W, dtype=torch.int32, device=dev)
+        for k, m in enumerate(busy):
+            torch.index_select(tables.labels, 0, ids[:m, k], out=buf[:m])
+            out[:m] |= buf[:m]
+    out[uniq[:, L]] |= tables.eos_words
+    if tables.vocab_size % 32:
+        out &= _tail_mask(tables.vocab_size, W, dev)[None, :]
+    if by_size is None:
+        return out if inv is None else out[inv]
+    # back to the requests' order
+    rank = torch.empty_like(by_size)
+    rank[by_size] = torch.arange(U, device=dev)
+    return out[rank[inv]]
 
 
 # ---------------------------------------------------------------------------- Triton
