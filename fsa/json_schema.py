@@ -7,7 +7,8 @@ compositionally from the :mod:`.nfa` primitives — literals, code-point classes
 union, bounded repetition and, for ``allOf``-style conjunctions of string/number constraints, the
 product :func:`~.nfa.intersect` — and is never determinized.  Sub-automata are shared: every
 (sub-schema conjunction, recursion context) is compiled once and the same :class:`ByteNFA` object
-is reused wherever it occurs.
+is reused wherever it occurs; automata that do not depend on the schema (free values, escaped
+formats, translated patterns, length-bounded bodies) are built and finalized once per process.
 
 Canonical serialization (what :func:`serialize_instance` writes and the automaton accepts)
 ----------------------------------------------------------------------------------------
@@ -181,6 +182,21 @@ class _Trie:
         return ByteNFA(len(self.children), 0, frozenset(self.ends), edges)
 
 
+#: Immutable automata shared by all compilers (keys name their inputs): free values per
+#: (depth, whitespace), escaped format contents, translated patterns, length-bounded bodies.
+_SHARED: dict[tuple, Any] = {}
+#: Most entries kept in :data:`_SHARED` (oldest dropped first): patterns and length bounds come
+#: from user schemas, so a long-running process must not keep all of them.
+MAX_SHARED = 4096
+
+
+def _share(key: tuple, value: Any) -> Any:
+    if len(_SHARED) >= MAX_SHARED:
+        for k in list(_SHARED)[: MAX_SHARED // 4]:
+            del _SHARED[k]
+    _SHARED[key] = value
+    return value
+
 _CHAR = N.finalize(N.union(N.codepoints(_RAW_RANGES), _escapes(_SPECIAL_BYTES)))
 _BODY = N.finalize(N.star(_CHAR))
 _QUOTE = N.literal('"')
@@ -213,6 +229,15 @@ def _escape_subst(a: ByteNFA) -> ByteNFA:
     return ByteNFA(n, a.start, a.finals, tuple(edges))
 
 
+def _escaped_format(name: str) -> ByteNFA:
+    """Canonical string bodies of format ``name`` (finalized once per process)."""
+    key = ("format", name)
+    hit = _SHARED.get(key)
+    if hit is None:
+        hit = _share(key, N.finalize(_escape_subst(format_nfa(name))))
+    return hit
+
+
 def _body_excluding(names: list[str]) -> ByteNFA:
     """Canonical string bodies whose decoded value is none of ``names`` (exact, O(total length))."""
     if not names:
@@ -233,37 +258,48 @@ def _body_excluding(names: list[str]) -> ByteNFA:
     n_trie = len(children)
     edges: list[tuple[int, int, int]] = []
     eps: list[tuple[int, int]] = []
+    # one shared copy of the free body: after a deviation, any body
     n = n_trie
-    free = n  # after a deviation: any body
-    n += 1
     body = _BODY.shifted(n)
     n += _BODY.num_states
     edges.extend(body.edges)
-    eps.append((free, body.start))
-    finals = set(body.finals) | {free}
+    free = body.start
+    finals = set(body.finals)
+    # _BODY's start loops on the single-byte raw characters and enters its own states for
+    # multi-byte characters and escapes: a node whose children are all single-byte raw
+    # characters deviates straight into the shared copy (no per-node deviation automaton)
+    first = [(m, d + n_trie) for s, m, d in _BODY.edges if s == _BODY.start]
     for s in range(n_trie):
         if s not in ends:
             finals.add(s)
         kids = children[s]
-        raw_excl = sorted(ord(c) for c in kids if ord(c) >= 0x20 and c not in '"\\')
-        ranges = []
-        for lo, hi in _RAW_RANGES:
-            cur = lo
-            for x in raw_excl:
-                if lo <= x <= hi and x >= cur:
-                    if x > cur:
-                        ranges.append((cur, x - 1))
-                    cur = x + 1
-            if cur <= hi:
-                ranges.append((cur, hi))
-        spec = [b for b in _SPECIAL_BYTES if chr(b) not in kids]
-        dev = N.union(N.codepoints(ranges), _escapes(spec))
-        dev = dev.shifted(n)
-        n += dev.num_states
-        edges.extend(dev.edges)
-        eps.extend(dev.epsilons)
-        eps.append((s, dev.start))
-        eps.extend((f, free) for f in dev.finals)
+        if all(0x20 <= ord(c) < 0x80 and c not in '"\\' for c in kids):
+            kid_mask = N.mask_of(ord(c) for c in kids)
+            for m, d in first:
+                if d == free:
+                    m &= ~kid_mask
+                if m:
+                    edges.append((s, m, d))
+        else:
+            raw_excl = sorted(ord(c) for c in kids if ord(c) >= 0x20 and c not in '"\\')
+            ranges = []
+            for lo, hi in _RAW_RANGES:
+                cur = lo
+                for x in raw_excl:
+                    if lo <= x <= hi and x >= cur:
+                        if x > cur:
+                            ranges.append((cur, x - 1))
+                        cur = x + 1
+                if cur <= hi:
+                    ranges.append((cur, hi))
+            spec = [b for b in _SPECIAL_BYTES if chr(b) not in kids]
+            dev = N.union(N.codepoints(ranges), _escapes(spec))
+            dev = dev.shifted(n)
+            n += dev.num_states
+            edges.extend(dev.edges)
+            eps.extend(dev.epsilons)
+            eps.append((s, dev.start))
+            eps.extend((f, free) for f in dev.finals)
         for ch, child in kids.items():
             o = ord(ch)
             enc = _esc(o) if o < 0x20 or ch in '"\\' else ch.encode()
@@ -420,6 +456,9 @@ def _is_empty(a: ByteNFA) -> bool:
     hit = a._cache.get("is_empty")
     if hit is not None:
         return hit
+    f = a._cache.get(("finalize", True)) or a._cache.get(("finalize", False))
+    if f is not None:  # finalized: trimmed, so empty iff it has no accepting state
+        return not f.finals
     succ: dict[int, list[int]] = {}
     for s, _m, d in a.edges:
         succ.setdefault(s, []).append(d)
@@ -445,86 +484,6 @@ def _has_byte(a: ByteNFA, byte: int) -> bool:
     """Whether some edge carries ``byte`` (conservative: unreachable edges count too)."""
     bit = 1 << byte
     return any(m & bit for _, m, _ in a.edges)
-
-
-def _reduce(a: ByteNFA) -> ByteNFA:
-    """Epsilon-free, trimmed, and states with identical futures merged — the same result as
-    :func:`~.nfa.finalize` (up to numbering) but with a worklist: when a state is merged only
-    its predecessors are re-signed, instead of re-scanning the whole automaton per round.
-    The output is passed through :func:`~.nfa.finalize`, whose own merge pass then finds
-    nothing left and which caches it (so lifting does not redo the work)."""
-    hit = a._cache.get("reduced")
-    if hit is not None:
-        return hit
-    t = N.trim(N.remove_epsilons(a))
-    n = t.num_states
-    out: list[dict[int, int]] = [dict() for _ in range(n)]
-    preds: list[set[int]] = [set() for _ in range(n)]
-    for s, m, d in t.edges:
-        out[s][d] = out[s].get(d, 0) | m
-        preds[d].add(s)
-    parent = list(range(n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    sig_of: dict[tuple, int] = {}
-    cur_sig: dict[int, tuple] = {}
-    # deepest states first (reverse BFS order), so most futures are final when signed
-    order = [t.start]
-    seen_bfs = {t.start}
-    for x in order:
-        for d in out[x]:
-            if d not in seen_bfs:
-                seen_bfs.add(d)
-                order.append(d)
-    work = order  # popped from the end: deepest first
-    queued = set(work)
-    while work:
-        x = work.pop()
-        queued.discard(x)
-        if find(x) != x:
-            continue
-        merged: dict[int, int] = {}
-        for d, m in out[x].items():
-            r = find(d)
-            merged[r] = merged.get(r, 0) | m
-        out[x] = merged
-        sig = (x in t.finals, tuple(sorted(merged.items())))
-        old = cur_sig.get(x)
-        if old is not None and old != sig and sig_of.get(old) == x:
-            del sig_of[old]
-        other = sig_of.get(sig)
-        if other is None or find(other) != other:
-            sig_of[sig] = x
-            cur_sig[x] = sig
-            continue
-        if other == x:
-            continue
-        keep, drop = (other, x) if other < x else (x, other)
-        if drop == t.start:
-            keep, drop = drop, keep
-        parent[drop] = keep
-        sig_of[sig] = keep
-        cur_sig[keep] = sig
-        preds[keep] |= preds[drop]
-        for p_ in preds[drop]:
-            if p_ not in queued:
-                queued.add(p_)
-                work.append(p_)
-    edges = []
-    for x in range(n):
-        if find(x) != x:
-            continue
-        for d, m in out[x].items():
-            edges.append((x, m, find(d)))
-    finals = frozenset(find(f) for f in t.finals)
-    res = N.finalize(ByteNFA(n, find(t.start), finals, tuple(edges)))
-    a._cache["reduced"] = res
-    return res
 
 
 class _Leaf:
@@ -580,8 +539,9 @@ class JsonSchemaCompiler:
         self.dropped: list[tuple[str, str, str]] = []
         self.ignored: set[str] = set()
         self.truncated: set[str] = set()
-        self.ws = (N.repeat(N.byteset(_WS_MASK), 0, max_whitespace)
-                   if whitespace == "flexible" and max_whitespace > 0 else None)
+        flexible = whitespace == "flexible" and max_whitespace > 0
+        self.ws = N.repeat(N.byteset(_WS_MASK), 0, max_whitespace) if flexible else None
+        self._ws_key = max_whitespace if flexible else 0
         self._validator = self._make_validator(schema, validate)
         self.draft = self._draft(schema)
         ms = schema.get("$schema") if isinstance(schema, dict) else None
@@ -789,10 +749,18 @@ class JsonSchemaCompiler:
         if hit is not None:
             return hit
         leaves = self._leaves(items, stack)
+        if len(leaves) == 1 and leaves[0] is _SHARED.get(("any", self.free_depth, self._ws_key)):
+            # an unconstrained value: the same automaton for every compiler
+            skey = ("any-value", self.free_depth, self._ws_key)
+            out = _SHARED.get(skey)
+            if out is None:
+                out = _share(skey, N.finalize(N.union(*leaves[0].parts.values())))
+            self._nfa_cache[key] = out
+            return out
         parts = [a for lf in leaves for a in lf.parts.values()]
         out = N.union(*parts) if parts else N.nothing()
         if out.num_states > 64:
-            out = _reduce(out)
+            out = N.finalize(out)
         self._nfa_cache[key] = out
         return out
 
@@ -879,11 +847,11 @@ class JsonSchemaCompiler:
     def _any_leaf(self, depth: int) -> _Leaf:
         """An unconstrained value (schema ``true``), with arrays/objects nested at most
         ``depth`` levels (JSON of unbounded depth is not regular): a subset, with a warning."""
-        key = ("any", depth)
-        hit = self._cache.get(key)
+        self.free_depth_used = True
+        key = ("any", depth, self._ws_key)
+        hit = _SHARED.get(key)
         if hit is not None:
             return hit
-        self.free_depth_used = True
         from .json_formats import _Builder
 
         string = N.concat(_QUOTE, _BODY, _QUOTE)
@@ -925,9 +893,9 @@ class JsonSchemaCompiler:
                     for f in b.embed(cl, src):
                         b.eps.append((f, end))
                 parts[t] = b.build(s0)
-        out = _Leaf(parts, {})
-        self._cache[key] = out
-        return out
+        # shared by every compiler with these whitespace settings: finalize once
+        out = _Leaf({t: N.finalize(a) for t, a in parts.items()}, {})
+        return _share(key, out)
 
     # ------------------------------------------------------------------ leaf
 
@@ -1072,7 +1040,7 @@ class JsonSchemaCompiler:
 
     def _pattern(self, pattern: str, p: str) -> ByteNFA | None:
         """Decoded-content automaton for ECMA-262 ``pattern`` with search semantics."""
-        hit = self._pattern_cache.get(pattern)
+        hit = _SHARED.get(("pattern", pattern))
         if hit is not None:
             return hit
         from .errors import InvalidRegexError, UnsupportedRegexError
@@ -1087,7 +1055,7 @@ class JsonSchemaCompiler:
         except (InvalidRegexError, ValueError, re.error) as e:
             self._unsupported("pattern", p, f"cannot translate ECMA-262 regex: {e}")
             return None
-        self._pattern_cache[pattern] = a
+        _share(("pattern", pattern), a)
         return a
 
     def _string_content(self, flat) -> ByteNFA:
@@ -1116,7 +1084,7 @@ class JsonSchemaCompiler:
             return N.nothing()
         if not self.assert_formats:
             fmts = []
-        constraints: list[ByteNFA] = [_escape_subst(format_nfa(f)) for f in dict.fromkeys(fmts)]
+        constraints: list[ByteNFA] = [_escaped_format(f) for f in dict.fromkeys(fmts)]
         only_formats = bool(constraints) and not pats
         constraints += [_escape_subst(a) for a in pats]
         if lo == 0 and hi is None:
@@ -1125,7 +1093,10 @@ class JsonSchemaCompiler:
             if hi is not None and hi * _CHAR.num_states > MAX_STATES:
                 self._unsupported("maxLength", flat[0][1], f"maxLength {hi} is too large")
                 hi = None
-            length = N.repeat(_CHAR, lo, hi)
+            lkey = ("length", lo, hi)
+            length = _SHARED.get(lkey)
+            if length is None:
+                length = _share(lkey, N.finalize(N.repeat(_CHAR, lo, hi)))
         if not constraints:
             return length
         out = constraints[0]
@@ -1213,6 +1184,8 @@ class JsonSchemaCompiler:
         start = st(0, 0)
         todo = [(0, 0)]
         seen = {(0, 0)}
+        el_entry: dict[tuple, int] = {}
+        comma_entry: dict[tuple, int] = {}
         while todo:
             i, c = todo.pop()
             src = states[(i, c)]
@@ -1227,13 +1200,22 @@ class JsonSchemaCompiler:
                     continue
                 nc = c + 1 if match else c
                 dst = st(ni, nc)
-                entry = src
+                # one copy of the element per (element, destination), entered from every
+                # source that needs it (the last explicit position and the loop share it)
+                ekey = (min(i, P), match, dst)
+                entry = el_entry.get(ekey)
+                if entry is None:
+                    entry = el_entry[ekey] = b.state()
+                    for f in b.embed(a, entry):
+                        b.eps.append((f, dst))
                 if i > 0:
-                    entry = b.state()
-                    for f in b.embed(self.COMMA, src):
-                        b.eps.append((f, entry))
-                for f in b.embed(a, entry):
-                    b.eps.append((f, dst))
+                    centry = comma_entry.get(ekey)
+                    if centry is None:
+                        centry = comma_entry[ekey] = b.state()
+                        for f in b.embed(self.COMMA, centry):
+                            b.eps.append((f, entry))
+                    entry = centry
+                b.eps.append((src, entry))
                 if (ni, nc) not in seen:
                     seen.add((ni, nc))
                     todo.append((ni, nc))
@@ -1456,19 +1438,15 @@ class JsonSchemaCompiler:
             if not layer:
                 return None
         if extra is not None:
+            # every count reachable by adding properties, then one copy of ``extra`` per
+            # destination count, shared by all the counts that lead there
             todo = sorted(layer)
-            done: set[int] = set()
             while todo:
-                c = todo.pop(0)
-                if c in done:
-                    continue
-                done.add(c)
-                d = inc(c)
-                if d is None:
-                    continue
-                emit({c: layer[c]}, extra, layer)
-                if d not in done:
+                d = inc(todo.pop())
+                if d is not None and d not in layer:
+                    layer[d] = b.state()
                     todo.append(d)
+            emit(dict(layer), extra, layer)
         for c, s in layer.items():
             if c >= lo_p:
                 b.finals.add(s)
@@ -1544,7 +1522,7 @@ class JsonSchemaCompiler:
     # ------------------------------------------------------------------ entry
 
     def build(self) -> ByteNFA:
-        out = _reduce(self.compile_items([(self.root, "#")], ()))
+        out = N.finalize(self.compile_items([(self.root, "#")], ()))
         if self.truncated:
             warnings.warn(
                 f"recursive $ref unrolled to depth {self.max_depth} at "
@@ -1716,7 +1694,7 @@ def compile_json_schema(
         property_order=property_order, max_recursion_depth=max_recursion_depth,
         lenient=lenient, free_value_depth=free_value_depth,
     )
-    nfa = comp.build()  # already finalized (see _reduce)
+    nfa = comp.build()  # already finalized
     meta = {
         "kind": "json_schema",
         "whitespace": whitespace,

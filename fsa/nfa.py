@@ -392,112 +392,270 @@ def remove_epsilons(nfa: ByteNFA) -> ByteNFA:
     return ByteNFA(nfa.num_states, nfa.start, frozenset(finals), tuple(edges))
 
 
+def _canonical(nfa: ByteNFA, reduce: bool) -> ByteNFA:
+    """:func:`finalize`'s work in one pass over the reachable part.
+
+    1. Epsilon removal from the start: only the start and targets of reachable byte edges
+       become states (Thompson glue entered by epsilons only never does); ``rows[s]`` maps each
+       destination to the union of the masks to it (parallel edges merged).
+    2. Trim: keep the states that reach an accepting one.
+    3. ``reduce``: :func:`_merge_futures`.
+    4. :func:`_renumber`: breadth-first numbering from the start.
+    """
+    n = nfa.num_states
+    start = nfa.start
+    finals = nfa.finals
+    out: list = [None] * n
+    for e in nfa.edges:
+        lst = out[e[0]]
+        if lst is None:
+            out[e[0]] = [e]
+        else:
+            lst.append(e)
+    eps: list = [None] * n
+    for s, d in nfa.epsilons:
+        lst = eps[s]
+        if lst is None:
+            eps[s] = [d]
+        else:
+            lst.append(d)
+    # epsilon removal over the reachable part: rows[s] = {dst: mask}
+    rows: list = [None] * n
+    rows[start] = {}
+    order = [start]
+    acc = set()
+    for s in order:  # grows while iterating
+        row = rows[s]
+        if eps[s] is None:
+            if s in finals:
+                acc.add(s)
+            for _, m, d in out[s] or ():
+                if d in row:
+                    row[d] |= m
+                else:
+                    row[d] = m
+                    if rows[d] is None:
+                        rows[d] = {}
+                        order.append(d)
+            continue
+        seen = {s}
+        closure = [s]
+        for q in closure:
+            for y in eps[q] or ():
+                if y not in seen:
+                    seen.add(y)
+                    closure.append(y)
+        for q in closure:
+            if q in finals:
+                acc.add(s)
+            for _, m, d in out[q] or ():
+                if d in row:
+                    row[d] |= m
+                else:
+                    row[d] = m
+                    if rows[d] is None:
+                        rows[d] = {}
+                        order.append(d)
+    # co-accessible states
+    preds: list = [None] * n
+    for s in order:
+        for d in rows[s]:
+            lst = preds[d]
+            if lst is None:
+                preds[d] = [s]
+            else:
+                lst.append(s)
+    live = set(acc)
+    todo = list(acc)
+    for x in todo:
+        for p in preds[x] or ():
+            if p not in live:
+                live.add(p)
+                todo.append(p)
+    if start not in live:
+        return nothing()
+    if len(live) < len(order):
+        order = [s for s in order if s in live]
+        for s in order:
+            row = rows[s]
+            if any(d not in live for d in row):
+                rows[s] = {d: m for d, m in row.items() if d in live}
+            ps = preds[s]
+            if ps is not None and any(p not in live for p in ps):
+                preds[s] = [p for p in ps if p in live]
+    if reduce:
+        start = _merge_futures(rows, preds, order, acc, start, n)
+    return _renumber(rows, acc, start)
+
+
+def _merge_futures(
+    rows: list, preds: list, order: list[int], acc: set[int], start: int, n: int
+) -> int:
+    """Merge states with identical finality and identical outgoing edges (destination
+    representative -> union mask) until no two states share a signature; ``rows`` is updated
+    in place and the start's representative returned.
+
+    A worklist version of the round-based merge: states are signed deepest-discovered first,
+    and when a state is merged only its predecessors are signed again.  Same fixpoint as
+    re-signing every state per round (merging is exact: merged states have the same right
+    language), at about O(edges) instead of O(edges x rounds).
+    """
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    owner: dict = {}
+    cur: dict = {}
+    queued = set(order)
+    work = list(order)  # popped from the end: deepest-discovered first
+    while work:
+        x = work.pop()
+        queued.discard(x)
+        if parent[x] != x:
+            continue
+        row = rows[x]
+        if len(row) == 1:
+            ((d, m),) = row.items()
+            if parent[d] != d:
+                d = find(d)
+                rows[x] = {d: m}
+            sig = (x in acc, d, m)
+        else:
+            if any(parent[d] != d for d in row):
+                new = {}
+                for d, m in row.items():
+                    d = find(d)
+                    new[d] = new.get(d, 0) | m
+                rows[x] = row = new
+            if len(row) == 1:
+                ((d, m),) = row.items()
+                sig = (x in acc, d, m)
+            else:
+                sig = (x in acc, frozenset(row.items()))
+        old = cur.get(x)
+        if old == sig:
+            continue
+        if old is not None and owner.get(old) == x:
+            del owner[old]
+        other = owner.get(sig)
+        if other is None or parent[other] != other:
+            owner[sig] = x
+            cur[x] = sig
+            continue
+        keep, drop = (x, other) if other == start else (other, x)
+        parent[drop] = keep
+        owner[sig] = keep
+        cur[keep] = sig
+        moved = preds[drop]
+        if moved:
+            pk = preds[keep]
+            if pk is None:
+                preds[keep] = list(moved)
+            else:
+                pk.extend(moved)
+            for p in moved:
+                if p not in queued:
+                    queued.add(p)
+                    work.append(p)
+    for x in order:
+        if parent[x] != x:
+            continue
+        row = rows[x]
+        if any(parent[d] != d for d in row):
+            new = {}
+            for d, m in row.items():
+                d = find(d)
+                new[d] = new.get(d, 0) | m
+            rows[x] = new
+    return find(start)
+
+
+def _renumber(rows: list, acc: set[int], start: int) -> ByteNFA:
+    """Number the states breadth-first from the start (start = 0), each state's out-edges
+    visited in order of (mask, previous id); edges come out sorted by (source, destination).
+    Edges with equal masks are ordered by their destinations' finality and out-masks, and only
+    then by previous id.  So the numbering depends on the automaton's shape (and on the
+    construction order only to break ties that remain), and copies of one sub-automaton entered
+    at one state are numbered alike wherever they occur."""
+    new = {start: 0}
+    order = [start]
+    edges = []
+    finals = []
+    for i, s in enumerate(order):
+        if s in acc:
+            finals.append(i)
+        row = rows[s]
+        if len(row) == 1:
+            for d, m in row.items():
+                j = new.get(d)
+                if j is None:
+                    j = new[d] = len(order)
+                    order.append(d)
+                edges.append((i, m, j))
+            continue
+        es = []
+        items = sorted([(m, d) for d, m in row.items()])
+        if any(items[t][0] == items[t + 1][0] for t in range(len(items) - 1)):
+            # equal masks: order by the destinations' own shape before their previous ids
+            items.sort(key=lambda md: (md[0], md[1] in acc,
+                                       sorted(rows[md[1]].values()), md[1]))
+        for m, d in items:
+            j = new.get(d)
+            if j is None:
+                j = new[d] = len(order)
+                order.append(d)
+            es.append((j, m))
+        es.sort()
+        edges.extend([(i, m, j) for j, m in es])
+    return ByteNFA(len(order), 0, frozenset(finals), tuple(edges))
+
+
 def trim(nfa: ByteNFA) -> ByteNFA:
-    """Keep only states reachable from the start that can reach a final state; renumber so the
-    start is state 0; merge parallel edges (one edge per (src, dst) with the union mask).
+    """Keep only states reachable from the start that can reach a final state; renumber
+    breadth-first so the start is state 0 (see :func:`finalize`); merge parallel edges (one
+    edge per (src, dst) with the union mask).
 
     The NFA must be epsilon-free.  An empty language gives a 1-state NFA with no finals.
     """
     if nfa.epsilons:
         raise ValueError("trim() needs an epsilon-free NFA; call remove_epsilons() first")
-    fwd: dict[int, list[int]] = {}
-    bwd: dict[int, list[int]] = {}
-    for s, m, d in nfa.edges:
-        if m:
-            fwd.setdefault(s, []).append(d)
-            bwd.setdefault(d, []).append(s)
-    acc = {nfa.start}
-    stack = [nfa.start]
-    while stack:
-        x = stack.pop()
-        for y in fwd.get(x, ()):
-            if y not in acc:
-                acc.add(y)
-                stack.append(y)
-    coacc = set(f for f in nfa.finals if f in acc)
-    stack = list(coacc)
-    while stack:
-        x = stack.pop()
-        for y in bwd.get(x, ()):
-            if y in acc and y not in coacc:
-                coacc.add(y)
-                stack.append(y)
-    if nfa.start not in coacc:
-        return nothing()
-    order = [nfa.start] + sorted(coacc - {nfa.start})
-    new = {s: i for i, s in enumerate(order)}
-    merged: dict[tuple[int, int], int] = {}
-    for s, m, d in nfa.edges:
-        if m and s in new and d in new:
-            key = (new[s], new[d])
-            merged[key] = merged.get(key, 0) | m
-    edges = tuple((s, m, d) for (s, d), m in sorted(merged.items()))
-    finals = frozenset(new[f] for f in nfa.finals if f in new)
-    return ByteNFA(len(order), 0, finals, edges)
+    return _canonical(nfa, reduce=False)
 
 
 def reduce_states(nfa: ByteNFA) -> ByteNFA:
     """Merge states with identical finality and identical outgoing edges, until none remain.
 
     Such states have the same right language, so merging is exact.  This is not
-    determinization: it only ever shrinks the NFA.  Input must be trimmed (see :func:`trim`).
-    Each round merges on the current representatives; the NFA is trimmed once at the end.
+    determinization: it only ever shrinks the NFA.  A worklist (see :func:`_merge_futures`):
+    a merge re-signs only the merged state's predecessors.  The result is trimmed and
+    numbered like :func:`finalize`'s.
     """
-    S = nfa.num_states
-    out: list[list[tuple[int, int]]] = [[] for _ in range(S)]
-    for s, m, d in nfa.edges:
-        out[s].append((d, m))
-    rep = list(range(S))
-
-    def find(x: int) -> int:
-        root = x
-        while rep[root] != root:
-            root = rep[root]
-        while rep[x] != root:
-            rep[x], x = root, rep[x]
-        return root
-
-    alive = list(range(S))
-    while True:
-        sig_to_rep: dict[tuple, int] = {}
-        merged = False
-        for s in alive:
-            row: dict[int, int] = {}
-            for d, m in out[s]:
-                r = find(d)
-                row[r] = row.get(r, 0) | m
-            sig = (s in nfa.finals, tuple(sorted(row.items())))
-            r = sig_to_rep.setdefault(sig, s)
-            if r != s:
-                rep[s] = r
-                merged = True
-        if not merged:
-            break
-        alive = [s for s in alive if rep[s] == s]
-    if len(alive) == S:
-        return nfa
-    edges: dict[tuple[int, int], int] = {}
-    for s in alive:
-        for d, m in out[s]:
-            key = (s, find(d))
-            edges[key] = edges.get(key, 0) | m
-    finals = frozenset(find(f) for f in nfa.finals)
-    flat = tuple((s, m, d) for (s, d), m in edges.items())
-    return trim(ByteNFA(S, find(nfa.start), finals, flat))
+    return _canonical(nfa, reduce=True)
 
 
 def finalize(nfa: ByteNFA, *, reduce: bool = True) -> ByteNFA:
     """Canonical form: epsilon-free, trimmed, start = 0, parallel edges merged, and (when
-    ``reduce``) states with identical futures merged.  Cached on the instance."""
+    ``reduce``) states with identical futures merged.  Cached on the instance.
+
+    States are numbered breadth-first from the start, each state's out-edges taken in order of
+    mask (see :func:`_renumber` for ties), and edges are sorted by (source, destination): the
+    numbering depends on the automaton's shape, so copies of one sub-automaton (entered at one
+    state) get the same relative numbering wherever they occur.  About O(reachable states +
+    edges), plus the epsilon closures of the reachable states (the futures merge re-signs a
+    state when one of its successors merges)."""
     key = ("finalize", reduce)
     hit = nfa._cache.get(key)
     if hit is not None:
         return hit
-    out = trim(remove_epsilons(nfa))
-    if reduce:
-        out = reduce_states(out)
+    out = _canonical(nfa, reduce)
     nfa._cache[key] = out
     out._cache[key] = out
+    if reduce:
+        out._cache[("finalize", False)] = out
     return out
 
 

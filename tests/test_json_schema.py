@@ -313,3 +313,31 @@ def test_token_level_llama3(llama3_vocab, llama3_tokenizer):
         ids = llama3_tokenizer.encode(serialize_instance(bad, schema),
                                       add_special_tokens=False).ids
         assert not A.accepts(ids)
+
+
+# Declared names with ASCII, special (escaped) and multi-byte characters: the additional-key
+# automaton deviates from the trie of names through a shared body copy (ASCII children) or a
+# per-node deviation automaton (escaped or multi-byte children); both must exclude exactly the
+# declared names.
+_NAMES = ["ab", "abc", "a\"b", "a\\b", "a\nb", "a\x01", "é", "éa", "日本", "x", "a\x7f"]
+
+
+def test_additional_keys_exclude_exactly_the_declared_names():
+    schema = {"type": "object", "properties": {k: {"type": "string"} for k in _NAMES},
+              "additionalProperties": {"type": "integer"}}
+    keys = set(_NAMES)
+    for k in _NAMES:
+        keys |= {k[:-1], k + "a", k + "\"", k + "é", "z" + k, k[:-1] + "\\", k[:-1] + "\t"}
+        keys |= {k[:i] + c + k[i + 1:] for i in range(len(k)) for c in "a\"\\\né本\x7f"}
+    _agree(schema, [{k: 1} for k in sorted(keys)] + [{k: "s"} for k in sorted(keys)])
+
+
+def test_array_loop_shares_one_element_copy():
+    """An unbounded array of objects holds one copy of the element automaton (the first
+    element and the loop share it), so nesting arrays does not double the size."""
+    obj = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "number"}},
+           "required": ["a"], "additionalProperties": False}
+    one = _nfa(obj).num_states
+    arr = _agree({"type": "array", "items": obj},
+                 [[], [{"a": "x"}], [{"a": "x"}, {"a": "y", "b": 1}], [{"b": 1}], [1]])
+    assert arr.num_states <= one + 8

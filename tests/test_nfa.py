@@ -354,3 +354,102 @@ def test_from_automata_lib_native_objects():
               transitions={0: {"a": 1, "b": 0}, 1: {"a": 0, "b": 1}},
               initial_state=0, final_states={1})
     assert _lang(N.from_automata_lib(dfa)) == _ref("b*a(?:b|ab*a)*")
+
+
+def _round_based_reduce_size(t: N.ByteNFA) -> int:
+    """Reference for reduce_states: re-sign every state per round until no merge (the
+    original algorithm); returns the number of surviving states."""
+    rep = list(range(t.num_states))
+    alive = list(range(t.num_states))
+    while True:
+        owner: dict = {}
+        merged = False
+        for s in alive:
+            row: dict[int, int] = {}
+            for src, m, d in t.edges:
+                if src == s:
+                    row[rep[d]] = row.get(rep[d], 0) | m
+            r = owner.setdefault((s in t.finals, frozenset(row.items())), s)
+            if r != s:
+                for x in range(t.num_states):
+                    if rep[x] == s:
+                        rep[x] = r
+                merged = True
+        if not merged:
+            return len(alive)
+        alive = [s for s in alive if rep[s] == s]
+
+
+@SETTINGS
+@given(nfas)
+def test_reduce_states_reaches_the_round_based_fixpoint(case):
+    a, _ = case
+    t = N.finalize(a, reduce=False)
+    assert N.reduce_states(t).num_states == _round_based_reduce_size(t)
+
+
+def _components(f: N.ByteNFA) -> list[list[int]]:
+    """Strongly connected components with more than one state (Kosaraju)."""
+    fwd: dict[int, list[int]] = {}
+    bwd: dict[int, list[int]] = {}
+    for s, _, d in f.edges:
+        fwd.setdefault(s, []).append(d)
+        bwd.setdefault(d, []).append(s)
+    order: list[int] = []
+    seen: set[int] = set()
+    for r in range(f.num_states):
+        if r in seen:
+            continue
+        seen.add(r)
+        stack = [(r, iter(fwd.get(r, ())))]
+        while stack:
+            x, it = stack[-1]
+            for y in it:
+                if y not in seen:
+                    seen.add(y)
+                    stack.append((y, iter(fwd.get(y, ()))))
+                    break
+            else:
+                stack.pop()
+                order.append(x)
+    comp: dict[int, int] = {}
+    out: list[list[int]] = []
+    for r in reversed(order):
+        if r in comp:
+            continue
+        members = [r]
+        comp[r] = r
+        for x in members:
+            for y in bwd.get(x, ()):
+                if y not in comp:
+                    comp[y] = r
+                    members.append(y)
+        if len(members) > 1:
+            out.append(sorted(members))
+    return out
+
+
+def test_finalize_numbers_copies_of_a_sub_automaton_alike():
+    """Copies of one looping sub-automaton with different futures stay separate, and each is
+    numbered the same way relative to itself (what the token lifter's memoization relies on)."""
+    body = N.star(N.union(N.codepoints([(0x20, 0x21), (0x23, 0x10FFFF)]),
+                          N.concat(N.literal("\\"), N.byteset(N.mask_of(b'"\\nt')))))
+    item = N.concat(N.literal('"'), body, N.literal('"'))
+    a = N.concat(N.literal("["), item, N.literal(","), N.literal("1"), item, N.literal("]"),
+                 N.union(N.literal("x"), N.concat(N.literal("y"), item)))
+    f = N.finalize(a)
+    comps = _components(f)
+    assert len(comps) == 3
+    forms = set()
+    for c in comps:
+        rel = {s: i for i, s in enumerate(c)}
+        forms.add(tuple(sorted((rel[s], m, rel[d]) for s, m, d in f.edges
+                               if s in rel and d in rel)))
+    assert len(forms) == 1
+    # and the numbering does not depend on where the NFA's states were numbered before
+    k = 17
+    moved = N.ByteNFA(a.num_states + k, a.start + k, frozenset(x + k for x in a.finals),
+                      tuple((s + k, m, d + k) for s, m, d in a.edges),
+                      tuple((s + k, d + k) for s, d in a.epsilons))
+    g = N.finalize(moved)
+    assert (g.num_states, g.finals, g.edges) == (f.num_states, f.finals, f.edges)
