@@ -515,6 +515,7 @@ class JsonSchemaCompiler:
         validate: bool = True,
         assert_formats: bool = True,
         free_value_depth: int = 2,
+        strict: bool = False,
     ):
         if whitespace not in ("compact", "flexible"):
             raise ValueError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
@@ -534,6 +535,8 @@ class JsonSchemaCompiler:
         self.lenient = lenient
         self.assert_formats = assert_formats
         self.property_order = property_order
+        self.strict = strict
+        self.strict_used = False
         self.max_depth = max_recursion_depth
         self.free_depth = free_value_depth
         self.dropped: list[tuple[str, str, str]] = []
@@ -1131,11 +1134,17 @@ class JsonSchemaCompiler:
             if self.draft >= 2020:
                 pre, rest = s.get("prefixItems", []), s.get("items", True)
                 pk, rk = "prefixItems", "items"
+                if self.strict and "prefixItems" in s and "items" not in s:
+                    rest = False  # strict: no items beyond the listed positions
+                    self.strict_used = True
             else:
                 it = s.get("items", True)
                 if isinstance(it, list):
                     pre, rest, pk, rk = it, s.get("additionalItems", True), "items", \
                         "additionalItems"
+                    if self.strict and "additionalItems" not in s:
+                        rest = False
+                        self.strict_used = True
                 else:
                     pre, rest, pk, rk = [], it, "items", "items"
             per_node.append((pre, rest, p, pk, rk))
@@ -1345,6 +1354,10 @@ class JsonSchemaCompiler:
                     constraints += mine
                 elif "additionalProperties" in s:
                     constraints.append((s["additionalProperties"], _ptr(p, "additionalProperties")))
+                elif self.strict and ("properties" in s or "patternProperties" in s):
+                    # strict: properties the schema does not list are not generated
+                    constraints.append((False, _ptr(p, "additionalProperties")))
+                    self.strict_used = True
             if any(c is False for c, _ in constraints):
                 continue
             v = self.compile_items(constraints, stack)
@@ -1530,6 +1543,13 @@ class JsonSchemaCompiler:
                 "(the automaton accepts a subset of the schema's instances)",
                 stacklevel=3,
             )
+        if self.strict_used:
+            warnings.warn(
+                "strict=True: properties (items) the schema does not list are not generated "
+                "where additionalProperties (items) is unspecified: a subset of the valid "
+                "instances",
+                stacklevel=3,
+            )
         if self.free_depth_used:
             warnings.warn(
                 f"unconstrained JSON values (schema true, open additionalProperties/items) are "
@@ -1626,6 +1646,7 @@ def json_schema_to_nfa(
     lenient: bool = False,
     validate: bool = True,
     free_value_depth: int = 2,
+    strict: bool = False,
 ) -> ByteNFA:
     """The byte NFA of ``schema``'s canonical serializations (see the module docstring).
 
@@ -1640,6 +1661,12 @@ def json_schema_to_nfa(
         lenient: turn :class:`UnsupportedSchemaError` into a warning listing what was dropped
             (the automaton then accepts a superset: not sound).
         validate: check ``schema`` against its meta-schema first (``jsonschema``).
+        strict: where an object lists ``properties``/``patternProperties`` and leaves
+            ``additionalProperties`` unspecified, generate no other property; where an array
+            lists ``prefixItems`` (draft 7: an ``items`` array) and leaves ``items``
+            (``additionalItems``) unspecified, generate no further item.  The default of
+            xgrammar (``strict_mode``) and of outlines; a subset of the valid instances
+            (warning when it applies).
 
     Returns:
         The byte NFA (not finalized); ``finalize`` it or lift it with
@@ -1652,7 +1679,7 @@ def json_schema_to_nfa(
     return JsonSchemaCompiler(
         schema, whitespace=whitespace, max_whitespace=max_whitespace,
         property_order=property_order, max_recursion_depth=max_recursion_depth,
-        lenient=lenient, validate=validate, free_value_depth=free_value_depth,
+        lenient=lenient, validate=validate, free_value_depth=free_value_depth, strict=strict,
     ).build()
 
 
@@ -1677,6 +1704,7 @@ def compile_json_schema(
     max_recursion_depth: int = 3,
     lenient: bool = False,
     free_value_depth: int = 2,
+    strict: bool = False,
 ):
     """Compile a JSON Schema to a :class:`~.automaton.TokenAutomaton` over ``vocab``.
 
@@ -1692,7 +1720,7 @@ def compile_json_schema(
     comp = JsonSchemaCompiler(
         schema, whitespace=whitespace, max_whitespace=max_whitespace,
         property_order=property_order, max_recursion_depth=max_recursion_depth,
-        lenient=lenient, free_value_depth=free_value_depth,
+        lenient=lenient, free_value_depth=free_value_depth, strict=strict,
     )
     nfa = comp.build()  # already finalized
     meta = {
@@ -1703,6 +1731,7 @@ def compile_json_schema(
         "max_recursion_depth": max_recursion_depth,
         "free_value_depth": free_value_depth,
         "lenient": lenient,
+        "strict": strict,
         "byte_states": nfa.num_states,
         "byte_edges": nfa.num_edges,
         "dropped": [list(x) for x in comp.dropped],

@@ -341,3 +341,28 @@ def test_array_loop_shares_one_element_copy():
     arr = _agree({"type": "array", "items": obj},
                  [[], [{"a": "x"}], [{"a": "x"}, {"a": "y", "b": 1}], [{"b": 1}], [1]])
     assert arr.num_states <= one + 8
+
+
+def test_strict_drops_unlisted_properties_and_items():
+    obj = {"type": "object", "properties": {"a": {"type": "integer"}},
+           "patternProperties": {"^x": {"type": "boolean"}}}
+    arr = {"type": "array", "prefixItems": [{"type": "integer"}]}
+    free = {"type": "object"}  # lists nothing: strict leaves it open (as xgrammar does)
+    cases = [
+        (obj, b'{"a":1}', True, True), (obj, b'{"a":1,"b":2}', True, False),
+        (obj, b'{"a":1,"xy":true}', True, True), (obj, b'{"a":1,"xy":1}', False, False),
+        (arr, b"[1]", True, True), (arr, b'[1,"s"]', True, False),
+        (free, b'{"b":2}', True, True),
+    ]
+    for schema, text, default_ok, strict_ok in cases:
+        assert N.matches(_nfa(schema), text) == default_ok, (schema, text)
+        assert N.matches(_nfa(schema, strict=True), text) == strict_ok, (schema, text)
+    with pytest.warns(UserWarning, match="strict=True"):
+        json_schema_to_nfa(obj, strict=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        json_schema_to_nfa({"type": "object", "properties": {"a": {"type": "integer"}},
+                            "additionalProperties": False}, strict=True)
+    # strict is a subset: every sample validates against the schema
+    _samples_valid(obj, strict=True)
+    _samples_valid(arr, strict=True)
