@@ -19,6 +19,7 @@ from ._triton import KernelBackendError, interpret_mode, resolve_backend, triton
 from .apply_mask import apply_mask, apply_mask_ref
 from .hmm_product import (
     EdgeCSR,
+    TokenClasses,
     edge_csr,
     emission_marginal,
     emission_marginal_ref,
@@ -71,6 +72,7 @@ __all__ = [
     "distance_to_accept_ref",
     "label_nonempty",
     "EdgeCSR",
+    "TokenClasses",
     "edge_csr",
     "kron_transition",
     "emission_marginal",

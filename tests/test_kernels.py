@@ -39,12 +39,14 @@ from tractable.kernels import (
     hmm_backward_messages_ref,
     hmm_forward_step,
     hmm_forward_step_ref,
+    hmm_product,
     pack_mask,
     prepare_mask,
     token_mask,
     token_mask_ref,
     unpack_mask,
 )
+from tractable.kernels.hmm_product import TokenClasses
 
 # the interpreter computes with numpy: inf / nan lanes warn
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -445,6 +447,58 @@ def test_emission_marginal_and_term(a, H, B, seed):
 
 
 @SETTINGS
+@given(**hmm_shapes, chunk=st.sampled_from([1, 5, 32, 512]), max_rows=st.sampled_from([1, 64]),
+       sparse=st.sampled_from([0.0, 0.5, 1.0]))
+def test_emission_term_token_classes(a, H, B, seed, chunk, max_rows, sparse):
+    """The torch path (token classes, per-chunk GEMMs or per-token gathers, label sets without
+    mass skipped) against the float64 label-set loop; and the classes themselves against the
+    dense label bits (tokens in no label set, empty label sets, bits past V ignored)."""
+    tc = TokenClasses.from_labels(a.labels, a.V, chunk=chunk)
+    cols = a.dense.T  # [V, L]
+    assert tc.token_class.shape == (a.V,) and tc.membership.shape == (a.L, tc.num_classes)
+    assert torch.equal(tc.membership[:, tc.token_class].T, cols)
+    assert tc.num_classes == torch.unique(cols, dim=0).shape[0]
+    _, Bh, g = _hmm(a, H, seed)
+    X = torch.rand(B, H, a.E, generator=g, dtype=torch.float64)
+    X = X * (torch.rand(a.E, generator=g) >= sparse)  # edges without mass: some, none or all
+    ref = emission_term_ref(X, Bh, a.label, a.labels)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hmm_product, "_TC_MAX_ROWS", max_rows)
+        got64 = emission_term(X, Bh, a.label, a.labels, classes=tc, backend="torch")
+        got = emission_term(X.float(), Bh.float(), a.label, a.labels, classes=tc,
+                            backend="torch")
+        got1 = emission_term(X[0].float(), Bh.float(), a.label, a.labels, classes=tc,
+                             backend="torch")
+    torch.testing.assert_close(got64, ref, rtol=1e-12, atol=1e-300)
+    _within(got, ref, emission_term_ref(X.float(), Bh.float(), a.label, a.labels))
+    assert got1.shape == (a.V,)
+    _within(got1, ref[0], emission_term_ref(X[0].float(), Bh.float(), a.label, a.labels))
+    # tokens in no label set of an edge with mass get exactly 0
+    live = a.dense[a.label[(X != 0).reshape(-1, a.E).any(0)]].any(0) if a.E else \
+        torch.zeros(a.V, dtype=torch.bool)
+    assert (got[:, ~live] == 0).all()
+
+
+def test_emission_term_class_cache():
+    """Without ``classes=``, the classes are cached per labels tensor and rebuilt after an
+    in-place change of it."""
+    a = Auto(3, 6, 3, 77, 5, 0.3, True, False)
+    _, Bh, g = _hmm(a, 4, 0)
+    X = torch.rand(4, a.E, generator=g, dtype=torch.float64)
+    labels = a.labels.clone()
+    first = emission_term(X, Bh, a.label, labels, backend="torch")
+    torch.testing.assert_close(first, emission_term_ref(X, Bh, a.label, labels))
+    assert hmm_product._classes_for(labels, a.V) is hmm_product._classes_for(labels, a.V)
+    labels[0] = 0  # label set 0 now empty
+    again = emission_term(X, Bh, a.label, labels, backend="torch")
+    torch.testing.assert_close(again, emission_term_ref(X, Bh, a.label, labels))
+    assert not torch.equal(first, again) or not a.dense[0].any()
+    with pytest.raises(ValueError, match="classes are for"):
+        emission_term(X, Bh, a.label, labels, classes=TokenClasses.from_labels(
+            labels[:, :1], 32), backend="torch")
+
+
+@SETTINGS
 @given(**hmm_shapes, data=st.data())
 def test_hmm_forward_step(a, H, B, seed, data):
     A, Bh, g = _hmm(a, H, seed)
@@ -464,6 +518,13 @@ def test_hmm_forward_step(a, H, B, seed, data):
             torch.testing.assert_close(new[b].reshape(-1), nxt / z, rtol=1e-10, atol=1e-14)
         else:
             assert ls[b] == -math.inf and (new[b] == 0).all()
+    # the torch path (restricted to the states the emitting edges enter) vs the reference
+    t64, tls64 = hmm_forward_step(alpha, tokens, A, Bh, a.src, a.dst, a.label, a.labels, a.S,
+                                  backend="torch")
+    torch.testing.assert_close(t64, new, rtol=1e-12, atol=1e-300)
+    assert torch.equal(torch.isfinite(tls64), torch.isfinite(ls))
+    torch.testing.assert_close(tls64[torch.isfinite(ls)], ls[torch.isfinite(ls)], rtol=1e-12,
+                               atol=1e-12)
     got, gls = hmm_forward_step(alpha.float(), tokens, A.float(), Bh.float(), a.src, a.dst,
                                 a.label, a.labels, a.S, backend="triton")
     t32, tls = hmm_forward_step_ref(alpha.float(), tokens, A.float(), Bh.float(), a.src, a.dst,
