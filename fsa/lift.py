@@ -254,8 +254,25 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int) -> _ClassTrie
     return _ClassTrie(child_ptr, cls, term_ptr, toks[order], cid)
 
 
-_CLASS_TRIE_CACHE = 32  # class tries kept per vocabulary (a JSON-content one is ~7k nodes)
-_TEMPLATE_CACHE = 512  # component walks kept per vocabulary
+_CLASS_TRIE_CACHE = 8  # class tries kept per vocabulary (JSON content ~7k nodes, a key-split one ~150k)
+# Component and entry walks kept per vocabulary, by total array bytes (a JSON string's entry
+# walk over Llama-3 is ~6 MB: token lists of ~120k ids per destination).
+_TEMPLATE_CACHE_BYTES = 256 << 20
+
+
+def _nbytes(x) -> int:
+    return sum(v.nbytes for v in vars(x).values() if isinstance(v, np.ndarray))
+
+
+def _remember(cache: dict, key, value) -> None:
+    """Insert into a vocabulary's walk cache, evicting the oldest entries past the byte cap."""
+    size = _nbytes(value)
+    total = cache.get("__bytes__", 0)
+    while total + size > _TEMPLATE_CACHE_BYTES and len(cache) > 1:
+        old = next(k for k in cache if k != "__bytes__")
+        total -= _nbytes(cache.pop(old))
+    cache[key] = value
+    cache["__bytes__"] = total + size
 
 
 def _cached_class_trie(vocab: TokenVocabulary, subsets: _SubsetTable) -> _ClassTrie:
@@ -693,9 +710,7 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
             if tm is None:
                 tm = _template(comp, vocab)
                 built += 1
-                if len(cache) >= _TEMPLATE_CACHE:
-                    cache.pop(next(iter(cache)))
-                cache[comp.sig] = tm
+                _remember(cache, comp.sig, tm)
             hit = local[comp.sig] = (tm, n_rows)
             rows.append(tm.rows)
             n_rows += tm.rows.shape[0]
@@ -724,9 +739,7 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
             if ent is None:
                 ent = _entry(comp, rel, vocab)
                 built += 1
-                if len(cache) >= _TEMPLATE_CACHE:
-                    cache.pop(next(iter(cache)))
-                cache[key] = ent
+                _remember(cache, key, ent)
             dmap = np.concatenate([comp.states, comp.targets])
             inb = _mask_bytes(m)
             # more than half the bytes: complement the few first bytes m does not read
