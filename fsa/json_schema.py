@@ -40,8 +40,28 @@ Semantics of keywords
   conjunction (at most :data:`MAX_COMBINATIONS` leaves per schema).
 * ``oneOf`` is exact when its branches are provably disjoint: different JSON types, disjoint
   non-object languages (empty :func:`~.nfa.intersect`), or objects with a required property whose
-  value languages are disjoint (a discriminator).  Otherwise :class:`UnsupportedSchemaError`, or,
-  with ``lenient=True``, ``anyOf`` and a warning.
+  value languages are disjoint (a discriminator).  Otherwise it is compiled exactly as the union
+  over i of (B_i and not B_j for every j != i), the negations as for ``not`` below, when they
+  exist and give at most :data:`MAX_COMBINATIONS` leaves; otherwise
+  :class:`UnsupportedSchemaError`, or, with ``lenient=True``, ``anyOf`` and a warning.
+* ``not`` is rewritten structurally into a positive schema (never by complementing a value
+  automaton that may hold several serializations of one instance): by De Morgan the negation of
+  a conjunction of keywords is the disjunction of their negations, and a keyword that applies to
+  one JSON type t fails only on instances of type t (``not {"required": ["a"]}`` = an object
+  without ``a``; ``not {"minItems": 2}`` = an array of at most 1 item; ``not {"items": S}`` = an
+  array that ``contains`` ``not S``; ``not {"properties": {"a": S}}`` = an object whose ``a``
+  fails S; ``not {"additionalProperties": S}`` = an object with a key outside ``properties``
+  whose value fails S, tracked by a witness bit in the object automaton).  Scalar complements
+  are automaton complements where serializations are unique: ``not {"pattern"}`` by subset
+  construction of the pattern automaton (at most :data:`MAX_COMPLEMENT_STATES` states),
+  ``not {"enum"/"const"}`` by removing the literals (scalars, arrays of scalars),
+  ``not {"type": "integer"}`` keeps the numbers with a fraction.  Refused: negated ``format``
+  (format automata may be documented subsets), ``multipleOf``, ``patternProperties``,
+  ``propertyNames``, ``uniqueItems``, ``oneOf``, ``if``, dependencies, recursive ``$ref``.
+* ``dependentRequired``/``dependentSchemas`` (and Draft 4-7 ``dependencies``, enforced in every
+  draft: a schema that uses it means it) become, for each key k, the disjoint union of
+  "k absent" and "k present and the dependency holds" (``required: [k, ...]`` or the dependent
+  subschema): exact, and a dependency on an undeclared key makes it a declared (ordered) key.
 * Recursive ``$ref`` is unrolled ``max_recursion_depth`` times; deeper occurrences are dropped
   (the automaton accepts a *subset*: instances nested deeper are not generated), with a warning.
 * ``patternProperties`` is supported for declared keys, and for additional keys when the patterns
@@ -50,7 +70,7 @@ Semantics of keywords
 * Additional (undeclared) keys exclude all declared names.  They cannot be made pairwise distinct
   by a finite automaton: two *additional* keys may repeat (declared keys never do).
 * Not supported (:class:`UnsupportedSchemaError`; dropped with a warning under ``lenient``):
-  ``not``, ``if``/``then``/``else``, ``dependentRequired``/``dependentSchemas``/``dependencies``,
+  the ``not`` forms above that have no exact negation, ``if``/``then``/``else``,
   ``uniqueItems: true`` (unless ``maxItems <= 1``), ``contains`` with ``maxContains``,
   ``unevaluated*`` (other than ``true``), ``$dynamicRef``, non-local ``$ref``, formats the
   ``jsonschema`` package checks that have no automaton here.  Other unknown keywords are
@@ -93,6 +113,9 @@ MAX_COMBINATIONS = 256
 MAX_ANY_ORDER_PROPERTIES = 8
 #: Most patternProperties patterns per object (additional keys split into 2^n regions).
 MAX_PATTERN_PROPERTIES = 4
+#: Most "some property outside these names fails this schema" witnesses (negated
+#: additionalProperties) per object conjunction: each property has up to 2^n variants.
+MAX_WITNESSES = 2
 #: Largest subset construction for the complement of a patternProperties pattern.
 MAX_COMPLEMENT_STATES = 4000
 #: Largest byte NFA (states, before finalization) the compiler builds before refusing.
@@ -113,7 +136,8 @@ _SUPPORTED = {
     "patternProperties", "propertyNames", "minProperties", "maxProperties", "items",
     "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "anyOf", "oneOf", "allOf", "$ref", "contains", "minContains",
+    "multipleOf", "anyOf", "oneOf", "allOf", "$ref", "contains", "minContains", "not",
+    "dependentRequired", "dependentSchemas", "dependencies",
 }
 _ANNOTATIONS = {
     "title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
@@ -122,8 +146,7 @@ _ANNOTATIONS = {
     "contentSchema",
 }
 _UNSUPPORTED = {
-    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
-    "uniqueItems", "maxContains", "unevaluatedProperties", "unevaluatedItems",
+    "if", "then", "else", "uniqueItems", "maxContains", "unevaluatedProperties", "unevaluatedItems",
     "$dynamicRef", "$recursiveRef", "extends", "disallow", "divisibleBy",
 }
 #: Formats the ``jsonschema`` package can check (with its optional dependencies) but that have no
@@ -135,7 +158,9 @@ _CHECKED_FORMATS = {
 
 _WS_MASK = N.mask_of(b" \t\n\r")
 #: Keywords that constrain instances (a node with none of these accepts everything).
-_VALIDATION = (_SUPPORTED | _UNSUPPORTED) - {"allOf", "anyOf", "oneOf", "$ref"}
+_VALIDATION = (_SUPPORTED | _UNSUPPORTED
+               | {"$fraction", "$not-enum", "$not-pattern", "$extra"}) - {
+    "allOf", "anyOf", "oneOf", "$ref"}
 
 # --------------------------------------------------------------------------- strings
 
@@ -500,6 +525,59 @@ class _Truncated(Exception):
     pass
 
 
+class _Synth(dict):
+    """A schema node the compiler wrote (the negation of a ``not``, a branch of a dependency or
+    of an exact ``oneOf``): a real JSON Schema with the same meaning for ``jsonschema``, plus
+    internal keys only this compiler reads (``$fraction``: numbers with a fractional part only;
+    ``$not-enum``: (values, pointer), none of these values; ``$not-pattern``: (pattern,
+    pointer), strings the ECMA-262 pattern does not match; ``$ptrs``: the real pointers of the
+    ``allOf`` entries).  Never checked for keywords, never closed by ``strict``."""
+
+    __slots__ = ()
+
+
+class _NoNegation(Exception):
+    """A ``not``/overlapping ``oneOf`` operand this compiler cannot negate exactly."""
+
+    def __init__(self, keyword: str, pointer: str, detail: str):
+        super().__init__(keyword, pointer, detail)
+        self.keyword, self.pointer, self.detail = keyword, pointer, detail
+
+
+#: Key bytes: the canonical numbers with a fractional part are those containing ``.``.
+_ALL_BYTES = (1 << 256) - 1
+_HAS_DOT = ByteNFA(2, 0, frozenset({1}), ((0, _ALL_BYTES & ~(1 << 0x2E), 0), (0, 1 << 0x2E, 1),
+                                          (1, _ALL_BYTES, 1)))
+
+
+def _not_literals(lits: list[bytes]) -> ByteNFA:
+    """Byte strings that are none of ``lits``: a complete trie DFA (a sink for deviations) whose
+    accepting states are every node that does not end a literal, and the sink."""
+    children: list[dict[int, int]] = [{}]
+    ends: set[int] = set()
+    for lit in lits:
+        st = 0
+        for byte in lit:
+            nxt = children[st].get(byte)
+            if nxt is None:
+                nxt = len(children)
+                children.append({})
+                children[st][byte] = nxt
+            st = nxt
+        ends.add(st)
+    sink = len(children)
+    edges = [(sink, _ALL_BYTES, sink)]
+    for st, kids in enumerate(children):
+        used = 0
+        for byte, d in kids.items():
+            edges.append((st, 1 << byte, d))
+            used |= 1 << byte
+        if _ALL_BYTES & ~used:
+            edges.append((st, _ALL_BYTES & ~used, sink))
+    finals = frozenset(x for x in range(sink + 1) if x not in ends)
+    return ByteNFA(sink + 1, 0, finals, tuple(edges))
+
+
 class JsonSchemaCompiler:
     """Compiles one (root) schema.  Use :func:`json_schema_to_nfa`/:func:`compile_json_schema`."""
 
@@ -537,6 +615,7 @@ class JsonSchemaCompiler:
         self.property_order = property_order
         self.strict = strict
         self.strict_used = False
+        self.legacy_dependencies: set[str] = set()
         self.max_depth = max_recursion_depth
         self.free_depth = free_value_depth
         self.dropped: list[tuple[str, str, str]] = []
@@ -555,6 +634,8 @@ class JsonSchemaCompiler:
         self._cache: dict[tuple, list[_Leaf]] = {}
         self._nfa_cache: dict[tuple, ByteNFA] = {}
         self._pattern_cache: dict[str, ByteNFA] = {}
+        self._neg_cache: dict[str, tuple[Any]] = {}
+        self._oneof_exact: dict[str, bool] = {}  # oneOf pointer -> compiled as B_i & not B_j
         self._reach: dict[str, frozenset[str]] = {}
         self._states = 0
         self.free_depth_used = False
@@ -692,8 +773,6 @@ class JsonSchemaCompiler:
                 if k == "$recursiveRef":
                     self._unsupported(k, _ptr(p, k))
                     continue
-                if k == "dependencies" and isinstance(v, dict) and not v:
-                    continue
                 self._unsupported(k, _ptr(p, k))
                 continue
             self.ignored.add(k)
@@ -713,7 +792,9 @@ class JsonSchemaCompiler:
                 return None
             if not isinstance(s, dict):
                 raise InvalidSchemaError("a schema is an object or a boolean", p)
-            self._check_keywords(s, p)
+            synth = isinstance(s, _Synth)
+            if not synth:
+                self._check_keywords(s, p)
             ref = s.get("$ref")
             if isinstance(ref, str):
                 target, tp = self._resolve(ref, _ptr(p, "$ref"))
@@ -726,13 +807,221 @@ class JsonSchemaCompiler:
                 if self.draft <= 7:
                     continue
             flat.append((s, p))
+            ptrs = s.get("$ptrs") if synth else None
             for j, sub in enumerate(s.get("allOf", ()) or ()):
-                work.append((sub, _ptr(p, "allOf", j)))
+                work.append((sub, ptrs[j] if ptrs else _ptr(p, "allOf", j)))
             for kind in ("anyOf", "oneOf"):
                 if kind in s:
                     branches = [(b, _ptr(p, kind, j)) for j, b in enumerate(s[kind])]
                     disj.append((kind, branches, _ptr(p, kind)))
+            if synth:
+                continue  # its "not" (for jsonschema) is carried by the internal keys
+            if "not" in s:
+                neg = self._negation(s["not"], _ptr(p, "not"))
+                if neg is False:
+                    return None
+                if neg is not True:
+                    work.append((neg, _ptr(p, "not") + "/~neg"))
+            for kw in ("dependentRequired", "dependentSchemas", "dependencies"):
+                for k, dep in (s.get(kw) or {}).items() if isinstance(s.get(kw), dict) else ():
+                    dp = _ptr(p, kw, k)
+                    if kw == "dependencies" and self.draft >= 2019:
+                        self.legacy_dependencies.add(dp)
+                    if isinstance(dep, list):
+                        if not dep or all(r == k for r in dep):
+                            continue
+                        present: Any = _Synth(type="object", required=[k, *dep])
+                    elif dep is True:
+                        continue
+                    elif dep is False:
+                        present = False
+                    elif isinstance(dep, dict):
+                        present = _Synth(type="object", required=[k], allOf=[dep], **{
+                            "$ptrs": [dp]})
+                    else:
+                        raise InvalidSchemaError(f"{kw} values are arrays or schemas", dp)
+                    # if k is present the object also satisfies dep: (k absent) | (k present
+                    # & dep), two disjoint branches (non-objects satisfy the first)
+                    absent = _Synth(properties={k: False})
+                    if present is False:
+                        work.append((absent, dp + "/~absent"))
+                    else:
+                        disj.append(("anyOf", [(absent, dp + "/~absent"),
+                                               (present, dp + "/~present")], dp))
         return flat, disj, stack
+
+    # ------------------------------------------------------------------ negation
+
+    def _negation(self, schema: Any, ptr: str) -> Any:
+        """``not`` at ``ptr``: the negated schema, or True where it cannot be negated exactly
+        (lenient: dropped with a warning; otherwise :class:`UnsupportedSchemaError`)."""
+        try:
+            return self._negate(schema, ptr)
+        except _NoNegation as e:
+            self._unsupported(e.keyword, ptr if e.keyword == "not" else e.pointer, e.detail)
+            return True
+
+    def _negate(self, schema: Any, ptr: str) -> Any:
+        """A schema valid on exactly the instances ``schema`` rejects (True, False or a
+        :class:`_Synth`), built structurally by De Morgan: the negation of a conjunction of
+        keywords is the disjunction of the keywords' negations, and a keyword that applies to
+        one JSON type t is false only on instances of type t (``not {"required": ["a"]}`` is
+        "an object without a").  Exact forms: type, enum/const (scalar values and arrays of
+        scalars), allOf/anyOf/not, required, properties, min/maxProperties, items (via
+        contains), contains, min/maxItems, min/maxLength, pattern (complement of the pattern
+        automaton), minimum/maximum/exclusive*.  Anything else raises :class:`_NoNegation`."""
+        hit = self._neg_cache.get(ptr)
+        if hit is not None:
+            return hit[0]
+        out = self._or(self._neg_disjuncts(schema, ptr, frozenset()))
+        self._neg_cache[ptr] = (out,)
+        return out
+
+    @staticmethod
+    def _or(ds: list) -> Any:
+        if any(d is True for d in ds):
+            return True
+        ds = [d for d in ds if d is not False]
+        if not ds:
+            return False
+        return ds[0] if len(ds) == 1 else _Synth(anyOf=ds)
+
+    def _neg_disjuncts(self, s: Any, ptr: str, refs: frozenset) -> list:
+        if s is True:
+            return [False]
+        if s is False:
+            return [True]
+        if not isinstance(s, dict):
+            raise InvalidSchemaError("a schema is an object or a boolean", ptr)
+        out: list = []
+        ref = s.get("$ref")
+        if isinstance(ref, str):
+            target, tp = self._resolve(ref, _ptr(ptr, "$ref"))
+            if tp in refs or tp in self._reachable_refs(target, tp):
+                raise _NoNegation("not", ptr, f"negation of the recursive $ref {ref!r}")
+            out += self._neg_disjuncts(target, tp, refs | {tp})
+            if self.draft <= 7:
+                return out
+        for k, v in s.items():
+            kp = _ptr(ptr, k)
+            if k == "type":
+                names = [v] if isinstance(v, str) else list(v)
+                allowed: set[str] = set()
+                for name in names:
+                    if name not in _TYPE_MAP and name != "any":
+                        raise InvalidSchemaError(f"unknown type {name!r}", kp)
+                    allowed |= _ALL_TYPES if name == "any" else _TYPE_MAP[name]
+                out.append(self._types_schema(_ALL_TYPES - allowed))
+            elif k in ("enum", "const"):
+                vals = [v] if k == "const" else list(v)
+                out.append(_Synth({"not": {"enum": vals}, "$not-enum": (vals, kp)}))
+            elif k == "allOf":
+                for j, sub in enumerate(v):
+                    out += self._neg_disjuncts(sub, _ptr(kp, j), refs)
+            elif k == "anyOf":
+                parts = [self._or(self._neg_disjuncts(sub, _ptr(kp, j), refs))
+                         for j, sub in enumerate(v)]
+                if any(x is False for x in parts):
+                    out.append(False)
+                else:
+                    parts = [x for x in parts if x is not True]
+                    out.append(_Synth(allOf=parts) if parts else True)
+            elif k == "not":
+                out.append(_Synth(allOf=[v], **{"$ptrs": [kp]}))  # not not v = v
+            elif k == "required":
+                out += [_Synth(type="object", properties={name: False}) for name in v]
+            elif k == "properties":
+                for name, sub in v.items():
+                    n = self._or(self._neg_disjuncts(sub, _ptr(kp, name), refs))
+                    if n is not False:
+                        out.append(_Synth(type="object", required=[name], properties={name: n}))
+            elif k in ("minProperties", "maxProperties", "minItems", "maxItems", "minLength",
+                       "maxLength"):
+                n = int(v)
+                t = {"P": "object", "I": "array", "L": "string"}[k[3]]
+                if k.startswith("min"):
+                    out.append(_Synth({"type": t, "max" + k[3:]: n - 1}) if n > 0 else False)
+                else:
+                    out.append(_Synth({"type": t, "min" + k[3:]: n + 1}))
+            elif k == "pattern":
+                out.append(_Synth({"type": "string", "not": {"pattern": v},
+                                   "$not-pattern": (v, kp)}))
+            elif k in ("minimum", "maximum"):
+                # x >= m fails where x < m; x > m (draft 4: exclusiveMinimum true) where x <= m
+                excl = s.get("exclusive" + k[0].upper() + k[1:]) is True
+                other = "maximum" if k == "minimum" else "minimum"
+                out.append(self._bound(other, v, not excl))
+            elif k in ("exclusiveMinimum", "exclusiveMaximum"):
+                if isinstance(v, bool):
+                    continue  # draft 4: read with minimum/maximum
+                out.append(self._bound("maximum" if k == "exclusiveMinimum" else "minimum", v,
+                                       False))
+            elif k == "items" and not isinstance(v, list) and (
+                    self.draft < 2020 or "prefixItems" not in s):
+                n = self._or(self._neg_disjuncts(v, kp, refs))
+                if n is not False:  # some item fails v
+                    out.append(_Synth(type="array", contains=n))
+            elif k == "contains":
+                if "maxContains" in s or int(s.get("minContains", 1)) > 1:
+                    raise _NoNegation("not", ptr, "negation of contains with min/maxContains")
+                if int(s.get("minContains", 1)) == 0:
+                    continue
+                n = self._or(self._neg_disjuncts(v, kp, refs))
+                if n is not True:  # no item satisfies v
+                    out.append(_Synth(type="array", items=n) if n is not False
+                               else _Synth(type="array", maxItems=0))
+                else:
+                    out.append(_Synth(type="array"))
+            elif k == "additionalProperties":
+                if "patternProperties" in s:
+                    raise _NoNegation("not", ptr, "negation of additionalProperties with "
+                                      "patternProperties")
+                n = self._or(self._neg_disjuncts(v, kp, refs))
+                if n is not False:  # some key outside properties has a value failing v
+                    names = list(s.get("properties") or {})
+                    out.append(_Synth({
+                        "type": "object",
+                        "not": {"properties": {x: True for x in names}, "additionalProperties": v},
+                        "$extra": (names, n, kp + "/~neg")}))
+            elif k in ("minContains", "maxContains", "$ref") or (
+                    k == "uniqueItems" and v is False) or (
+                    k in ("additionalProperties", "additionalItems") and v is True):
+                continue
+            elif k == "format":
+                if (self.assert_formats and isinstance(v, str)
+                        and (v in FORMATS or v in _CHECKED_FORMATS)):
+                    raise _NoNegation("not", ptr, f"negation of format {v!r} (format automata "
+                                      "may be documented subsets)")
+            elif k in _SUPPORTED or k in _UNSUPPORTED:
+                raise _NoNegation("not", ptr, f"negation of {k!r}")
+        return out
+
+    def _bound(self, kw: str, v: Any, strict: bool) -> _Synth:
+        """Numbers with ``kw`` (minimum/maximum) ``v``, exclusive if ``strict``, written in
+        the draft's own form."""
+        if not strict:
+            return _Synth({"type": "number", kw: v})
+        if self.draft <= 4:
+            return _Synth({"type": "number", kw: v, "exclusive" + kw[0].upper() + kw[1:]: True})
+        return _Synth({"type": "number", "exclusive" + kw[0].upper() + kw[1:]: v})
+
+    @staticmethod
+    def _types_schema(types: set[str]) -> Any:
+        """A schema of exactly the internal types ``types`` (``fraction`` = a non-integer
+        number: ``{"type": "number", "not": {"type": "integer"}}`` for jsonschema)."""
+        if not types:
+            return False
+        if types == _ALL_TYPES:
+            return True
+        names = sorted(t for t in types if t not in ("integer", "fraction"))
+        if "integer" in types and "fraction" in types:
+            return _Synth(type=names + ["number"])
+        if "integer" in types:
+            return _Synth(type=names + ["integer"])
+        if "fraction" not in types:
+            return _Synth(type=names)
+        frac = _Synth({"type": "number", "not": {"type": "integer"}, "$fraction": True})
+        return frac if not names else _Synth(anyOf=[_Synth(type=names), frac])
 
     def _stack_key(self, ptrs: tuple[str, ...], stack: tuple[str, ...], nodes) -> tuple:
         if not stack:
@@ -806,21 +1095,60 @@ class JsonSchemaCompiler:
             f2, d2, st2 = ex
             per_branch.append(self._distribute(flat + f2, disj[1:] + d2, st2))
         if kind == "oneOf":
-            self._check_disjoint(per_branch, dptr)
+            why = self._check_disjoint(per_branch)
+            self._oneof_exact.setdefault(dptr, bool(why))
+            if why:
+                try:
+                    return self._one_of_exact(flat, branches, disj[1:], stack, dptr)
+                except _NoNegation as e:
+                    self._oneof_exact[dptr] = False
+                    self._unsupported(
+                        "oneOf", dptr, f"{why}, and {e.detail} at {e.pointer} cannot be "
+                        "expressed; lenient mode compiles them as anyOf")
         return [lf for br in per_branch for lf in br]
 
-    def _check_disjoint(self, per_branch: list[list[_Leaf]], dptr: str) -> None:
+    def _check_disjoint(self, per_branch: list[list[_Leaf]]) -> str:
         for i in range(len(per_branch)):
             for j in range(i + 1, len(per_branch)):
                 for a in per_branch[i]:
                     for b in per_branch[j]:
                         why = self._overlap(a, b)
                         if why:
-                            self._unsupported(
-                                "oneOf", dptr,
-                                f"branches {i} and {j} are not provably disjoint ({why}); "
-                                "lenient mode compiles them as anyOf")
-                            return
+                            return f"branches {i} and {j} are not provably disjoint ({why})"
+        return ""
+
+    def _one_of_exact(self, flat, branches, rest, stack, dptr) -> list[_Leaf]:
+        """Overlapping ``oneOf`` branches B_i, exactly: the union over i of B_i and not B_j
+        for every j != i (the negations by :meth:`_negate`), at most
+        :data:`MAX_COMBINATIONS` leaves.  Raises :class:`_NoNegation`."""
+        negs = [self._negate(b, bp) for b, bp in branches]
+
+        def width(x):
+            return len(x["anyOf"]) if isinstance(x, _Synth) and "anyOf" in x else 1
+
+        combos = 0
+        for i in range(len(branches)):
+            c = 1
+            for j, n in enumerate(negs):
+                if j != i:
+                    c *= width(n)
+            combos += c
+        if combos > MAX_COMBINATIONS:
+            raise _NoNegation("oneOf", dptr, f"more than {MAX_COMBINATIONS} combinations of "
+                              "branches and negated branches")
+        out: list[_Leaf] = []
+        for i, (b, bp) in enumerate(branches):
+            others = [(n, bp2 + "/~neg") for j, (n, (_b2, bp2)) in enumerate(zip(negs, branches))
+                      if j != i]
+            if any(n is False for n, _ in others):
+                continue
+            conj = [(b, bp)] + [(n, np) for n, np in others if n is not True]
+            ex = self._expand(conj, stack)
+            if ex is None:
+                continue
+            f2, d2, st2 = ex
+            out += self._distribute(flat + f2, rest + d2, st2)
+        return out
 
     def _overlap(self, a: _Leaf, b: _Leaf) -> str:
         for t in set(a.parts) & set(b.parts):
@@ -918,6 +1246,8 @@ class JsonSchemaCompiler:
                 else:
                     raise InvalidSchemaError(f"unknown type {name!r}", _ptr(p, "type"))
             types &= allowed
+            if s.get("$fraction") is True and isinstance(s, _Synth):
+                types &= {"fraction"}
         # enum / const
         enum_values: list | None = None
         for s, _p in flat:
@@ -943,6 +1273,8 @@ class JsonSchemaCompiler:
             parts["boolean"] = N.union(N.literal("true"), N.literal("false"))
         if "integer" in types or "fraction" in types:
             a = self._number(flat, integer="fraction" not in types)
+            if "integer" not in types:
+                a = N.intersect(a, _HAS_DOT)
             if not _is_empty(a):
                 parts["number"] = a
         if "string" in types:
@@ -957,7 +1289,36 @@ class JsonSchemaCompiler:
             r = self._object(flat, stack)
             if r is not None:
                 parts["object"], required_values = r
+        for s, _p in flat:
+            if isinstance(s, _Synth) and "$not-enum" in s:
+                self._exclude_values(parts, *s["$not-enum"])
         return _Leaf(parts, required_values)
+
+    def _exclude_values(self, parts: dict[str, ByteNFA], values: list, ptr: str) -> None:
+        """Remove the canonical serializations of ``values`` from ``parts`` (``not`` of an
+        enum/const): exact for values with one serialization (scalars; arrays of scalars in
+        compact whitespace), refused for values containing objects."""
+        lits: dict[str, list[bytes]] = {}
+        for v in values:
+            try:
+                k = _kind(v)
+            except (TypeError, ValueError):
+                continue
+            t = "number" if k in ("integer", "fraction") else k
+            if t not in parts:
+                continue
+            text = _dumps(v)
+            if t == "object" or (t == "array" and (self.ws is not None or "{" in text)):
+                self._unsupported("not", ptr, "enum/const values containing objects (or arrays "
+                                  "under flexible whitespace) have several serializations")
+                continue
+            lits.setdefault(t, []).append(text.encode())
+        for t, ls in lits.items():
+            a = N.intersect(parts[t], _not_literals(ls))
+            if _is_empty(a):
+                del parts[t]
+            else:
+                parts[t] = a
 
     def _valid_flat(self, v: Any, flat) -> bool:
         if self._validator is None:
@@ -978,6 +1339,9 @@ class JsonSchemaCompiler:
             except (TypeError, ValueError):
                 continue
             if k not in types or any(_json_eq(v, w) for w in seen):
+                continue
+            if any(_json_eq(v, w) for s, _ in flat if isinstance(s, _Synth)
+                   for w in s.get("$not-enum", ((),))[0]):
                 continue
             if not self._valid_flat(v, flat):
                 continue
@@ -1071,10 +1435,17 @@ class JsonSchemaCompiler:
                 lo = max(lo, int(s["minLength"]))
             if "maxLength" in s:
                 hi = int(s["maxLength"]) if hi is None else min(hi, int(s["maxLength"]))
-            if "pattern" in s:
+            if "pattern" in s and not isinstance(s, _Synth):
                 a = self._pattern(s["pattern"], _ptr(p, "pattern"))
                 if a is not None:
                     pats.append(a)
+            if "$not-pattern" in s and isinstance(s, _Synth):
+                pat, pp = s["$not-pattern"]
+                a = self._pattern(pat, pp)
+                if a is not None:
+                    a = self._complement(a, pp, "not")
+                    if a is not None:
+                        pats.append(a)
             f = s.get("format")
             if isinstance(f, str) and self.assert_formats:
                 if f in FORMATS:
@@ -1255,15 +1626,23 @@ class JsonSchemaCompiler:
         return out
 
     def _declared(self, flat) -> tuple[list[str], set[str]]:
+        """Declared names in canonical order: ``properties`` in order of first appearance,
+        then keys only ``required``; names only the compiler's own nodes mention (negations,
+        dependencies) come after the schema's."""
         order: dict[str, None] = {}
         required: set[str] = set()
-        for s, _ in flat:
-            for k in s.get("properties") or {}:
-                order.setdefault(k, None)
-        for s, _ in flat:
-            for k in s.get("required") or []:
-                order.setdefault(k, None)
-                required.add(k)
+        for synth in (False, True):
+            for s, _ in flat:
+                if isinstance(s, _Synth) == synth:
+                    for k in s.get("properties") or {}:
+                        order.setdefault(k, None)
+                    for k in s["$extra"][0] if synth and "$extra" in s else ():
+                        order.setdefault(k, None)  # a witness key is none of these
+            for s, _ in flat:
+                if isinstance(s, _Synth) == synth:
+                    for k in s.get("required") or []:
+                        order.setdefault(k, None)
+                        required.add(k)
         return list(order), required
 
     def _object(self, flat, stack):
@@ -1280,31 +1659,59 @@ class JsonSchemaCompiler:
         pnames = [(s["propertyNames"], _ptr(p, "propertyNames")) for s, p in flat
                   if "propertyNames" in s]
         pn_nfa = self.compile_items(pnames, stack) if pnames else None
-        slots: list[tuple[str, ByteNFA, bool]] = []
+        # witnesses (negated additionalProperties): some key outside names_j whose value
+        # satisfies n_j; bit j of the state records that one was written
+        wit = [s["$extra"] for s, _ in flat if isinstance(s, _Synth) and "$extra" in s]
+        if len(wit) > MAX_WITNESSES:
+            self._unsupported("not", wit[MAX_WITNESSES][2], f"more than {MAX_WITNESSES} "
+                              "negated additionalProperties in one object conjunction")
+            wit = wit[:MAX_WITNESSES]
+        wfull = (1 << len(wit)) - 1
+
+        def with_witnesses(k: str | None):
+            # (extra constraints, bits) for each nonempty set of witnesses key k can satisfy
+            for T in range(1, wfull + 1):
+                js = [j for j in range(len(wit)) if T >> j & 1]
+                if k is None or all(k not in wit[j][0] for j in js):
+                    yield [(wit[j][1], wit[j][2]) for j in js], T
+
+        slots: list[tuple[str, list[tuple[ByteNFA, int]], bool]] = []
         required_values: dict[str, ByteNFA] = {}
         for k in names:
             ok = pn_nfa is None or N.matches(pn_nfa, _json_str(k).encode())
-            v = self.compile_items(self._key_items(flat, k), stack) if ok else N.nothing()
+            its = self._key_items(flat, k)
+            v = self.compile_items(its, stack) if ok else N.nothing()
             if _is_empty(v):
                 if k in required:
                     return None
                 continue
             key = N.literal(_json_str(k))
-            slots.append((k, N.concat(key, self.COLON, v), k in required))
+            variants = [(N.concat(key, self.COLON, v), 0)]
+            for also, T in with_witnesses(k):
+                vt = self.compile_items(its + also, stack)
+                if not _is_empty(vt):
+                    variants.append((N.concat(key, self.COLON, vt), T))
+            slots.append((k, variants, k in required))
             if k in required:
                 required_values[k] = v
         extra = self._extras(flat, names, pn_nfa, stack)
+        extras = [] if extra is None else [(extra, 0)]
+        if extra is not None:
+            for also, T in with_witnesses(None):
+                et = self._extras(flat, names, pn_nfa, stack, also)
+                if et is not None:
+                    extras.append((et, T))
         if self.property_order == "any":
-            inner = self._object_any(slots, extra, lo_p, hi_p, flat)
+            inner = self._object_any(slots, extras, lo_p, hi_p, flat, wfull)
         else:
-            inner = self._object_ordered(slots, extra, lo_p, hi_p)
+            inner = self._object_ordered(slots, extras, lo_p, hi_p, wfull)
         if inner is None:
             return None
         open_ = N.concat(N.literal("{"), self.ws) if self.ws else N.literal("{")
         close = N.concat(self.ws, N.literal("}")) if self.ws else N.literal("}")
         return N.concat(open_, inner, close), required_values
 
-    def _extras(self, flat, names, pn_nfa, stack) -> ByteNFA | None:
+    def _extras(self, flat, names, pn_nfa, stack, also=()) -> ByteNFA | None:
         """key:value automaton for one additional (undeclared) property, or None.
 
         With ``patternProperties``, the undeclared keys are split into regions by the set T of
@@ -1354,19 +1761,21 @@ class JsonSchemaCompiler:
                     constraints += mine
                 elif "additionalProperties" in s:
                     constraints.append((s["additionalProperties"], _ptr(p, "additionalProperties")))
-                elif self.strict and ("properties" in s or "patternProperties" in s):
+                elif self.strict and ("properties" in s or "patternProperties" in s) and (
+                        not isinstance(s, _Synth)):
                     # strict: properties the schema does not list are not generated
                     constraints.append((False, _ptr(p, "additionalProperties")))
                     self.strict_used = True
             if any(c is False for c, _ in constraints):
                 continue
-            v = self.compile_items(constraints, stack)
+            v = self.compile_items(constraints + list(also), stack)
             if _is_empty(v):
                 continue
             out.append(N.concat(key, self.COLON, v))
         return N.union(*out) if out else None
 
-    def _complement(self, a: ByteNFA, ptr: str) -> ByteNFA | None:
+    def _complement(self, a: ByteNFA, ptr: str, keyword: str = "patternProperties"
+                    ) -> ByteNFA | None:
         """Decoded strings NOT in L(a) (a small pattern automaton), by subset construction."""
         hit = self._pattern_cache.get(("not", id(a)))
         if hit is not None:
@@ -1392,7 +1801,7 @@ class JsonSchemaCompiler:
                 T = frozenset(d for s in S for m, d in out_edges[s] if m & bit)
                 if T not in ids:
                     if len(ids) >= MAX_COMPLEMENT_STATES:
-                        self._unsupported("patternProperties", ptr,
+                        self._unsupported(keyword, ptr,
                                           "the pattern's complement needs too many states")
                         return None
                     ids[T] = len(ids)
@@ -1404,9 +1813,12 @@ class JsonSchemaCompiler:
         self._pattern_cache[("not", id(a))] = res
         return res
 
-    def _object_ordered(self, slots, extra, lo_p, hi_p) -> ByteNFA | None:
-        """Declared slots in order, then additional properties; counts (c) tracked only as far
-        as min/maxProperties need (c saturates at max(1, minProperties) without a maximum)."""
+    def _object_ordered(self, slots, extras, lo_p, hi_p, wfull=0) -> ByteNFA | None:
+        """Declared slots in order, then additional properties.  A state is (c, w): the count c
+        tracked only as far as min/maxProperties need (c saturates at max(1, minProperties)
+        without a maximum) and the witnesses w written so far (accepting: w == wfull).  Each
+        slot and the additional properties come as variants (key:value automaton, witness
+        bits); without witnesses, one variant each."""
         from .json_formats import _Builder
 
         K = hi_p if hi_p is not None else max(1, lo_p)
@@ -1417,57 +1829,64 @@ class JsonSchemaCompiler:
             return min(c + 1, K)
 
         b = _Builder()
-        layer = {0: b.state()}
-        start = layer[0]
+        layer = {(0, 0): b.state()}
+        start = layer[(0, 0)]
 
-        def emit(srcs: dict[int, int], kv: ByteNFA, dests: dict[int, int]) -> None:
-            # one copy of kv per destination count
-            by_dest: dict[int, list[int]] = {}
-            for c in srcs:
+        def emit(srcs: dict, kv: ByteNFA, bits: int, dests: dict) -> None:
+            # one copy of kv per destination state
+            by_dest: dict[tuple[int, int], list[tuple[int, int]]] = {}
+            for c, w in srcs:
                 d = inc(c)
                 if d is not None:
-                    by_dest.setdefault(d, []).append(c)
-            for d, cs in by_dest.items():
-                if d not in dests:
-                    dests[d] = b.state()
+                    by_dest.setdefault((d, w | bits), []).append((c, w))
+            for dk, cs in by_dest.items():
+                if dk not in dests:
+                    dests[dk] = b.state()
                 entry = b.state()
-                for c in cs:
-                    if c == 0:
-                        b.eps.append((srcs[c], entry))
+                for ck in cs:
+                    if ck[0] == 0:
+                        b.eps.append((srcs[ck], entry))
                     else:
-                        for f in b.embed(self.COMMA, srcs[c]):
+                        for f in b.embed(self.COMMA, srcs[ck]):
                             b.eps.append((f, entry))
                 for f in b.embed(kv, entry):
-                    b.eps.append((f, dests[d]))
+                    b.eps.append((f, dests[dk]))
 
-        for _name, kv, req in slots:
-            nxt: dict[int, int] = {}
+        for _name, variants, req in slots:
+            nxt: dict[tuple[int, int], int] = {}
             if not req:
-                for c, s in layer.items():
-                    nxt[c] = b.state()
-                    b.eps.append((s, nxt[c]))
-            emit(layer, kv, nxt)
+                for ck, st in layer.items():
+                    nxt[ck] = b.state()
+                    b.eps.append((st, nxt[ck]))
+            for kv, bits in variants:
+                emit(layer, kv, bits, nxt)
             layer = nxt
             if not layer:
                 return None
-        if extra is not None:
-            # every count reachable by adding properties, then one copy of ``extra`` per
-            # destination count, shared by all the counts that lead there
+        if extras:
+            # every state reachable by adding properties, then one copy of each variant per
+            # destination state, shared by all the states that lead there
             todo = sorted(layer)
             while todo:
-                d = inc(todo.pop())
-                if d is not None and d not in layer:
-                    layer[d] = b.state()
-                    todo.append(d)
-            emit(dict(layer), extra, layer)
-        for c, s in layer.items():
-            if c >= lo_p:
-                b.finals.add(s)
+                c, w = todo.pop()
+                d = inc(c)
+                if d is None:
+                    continue
+                for _kv, bits in extras:
+                    if (d, w | bits) not in layer:
+                        layer[(d, w | bits)] = b.state()
+                        todo.append((d, w | bits))
+            srcs = dict(layer)
+            for kv, bits in extras:
+                emit(srcs, kv, bits, layer)
+        for (c, w), st in layer.items():
+            if c >= lo_p and w == wfull:
+                b.finals.add(st)
         out = b.build(start)
         self._count(out)
         return out
 
-    def _object_any(self, slots, extra, lo_p, hi_p, flat) -> ByteNFA | None:
+    def _object_any(self, slots, extras, lo_p, hi_p, flat, wfull=0) -> ByteNFA | None:
         """Declared properties in any order, each at most once; additional properties anywhere.
         States: (subset of declared properties written, count) — exponential in the number of
         declared properties, so refused above :data:`MAX_ANY_ORDER_PROPERTIES`."""
@@ -1478,49 +1897,50 @@ class JsonSchemaCompiler:
             self._unsupported("properties", flat[0][1],
                               f"property_order='any' with {n} properties needs 2^{n} states "
                               f"(limit {MAX_ANY_ORDER_PROPERTIES})")
-            return self._object_ordered(slots, extra, lo_p, hi_p)
+            return self._object_ordered(slots, extras, lo_p, hi_p, wfull)
         K = hi_p if hi_p is not None else max(1, lo_p)
         req_mask = sum(1 << i for i, (_, _, r) in enumerate(slots) if r)
+        # hub state: (declared properties written S, count c, witnesses w)
         b = _Builder()
-        hubs: dict[tuple[int, int], int] = {}
+        hubs: dict[tuple[int, int, int], int] = {}
 
-        def hub(S, c):
-            key = (S, c)
+        def hub(S, c, w):
+            key = (S, c, w)
             if key not in hubs:
                 hubs[key] = b.state()
             return hubs[key]
 
-        start = hub(0, 0)
-        todo = [(0, 0)]
-        seen = {(0, 0)}
-        entries: dict[tuple[int, int, int], int] = {}  # (kv index or -1, dest S, dest c) -> entry
+        start = hub(0, 0, 0)
+        todo = [(0, 0, 0)]
+        seen = {(0, 0, 0)}
+        entries: dict[tuple, int] = {}  # (kv index, variant, dest S, c, w) -> entry
         while todo:
-            S, c = todo.pop()
-            src = hubs[(S, c)]
-            if c >= lo_p and (S & req_mask) == req_mask:
+            S, c, w = todo.pop()
+            src = hubs[(S, c, w)]
+            if c >= lo_p and (S & req_mask) == req_mask and w == wfull:
                 b.finals.add(src)
             nc = c + 1 if hi_p is not None else min(c + 1, K)
             if hi_p is not None and nc > hi_p:
                 continue
-            moves = [(i, S | (1 << i), kv) for i, (_, kv, _) in enumerate(slots)
-                     if not S & (1 << i)]
-            if extra is not None:
-                moves.append((-1, S, extra))
-            for i, S2, kv in moves:
-                ekey = (i, S2, nc)
+            moves = [(i, vi, S | (1 << i), kv, bits) for i, (_, variants, _) in enumerate(slots)
+                     if not S & (1 << i) for vi, (kv, bits) in enumerate(variants)]
+            moves += [(-1, vi, S, kv, bits) for vi, (kv, bits) in enumerate(extras)]
+            for i, vi, S2, kv, bits in moves:
+                w2 = w | bits
+                ekey = (i, vi, S2, nc, w2)
                 entry = entries.get(ekey)
                 if entry is None:
                     entry = entries[ekey] = b.state()
                     for f in b.embed(kv, entry):
-                        b.eps.append((f, hub(S2, nc)))
+                        b.eps.append((f, hub(S2, nc, w2)))
                 if c == 0:
                     b.eps.append((src, entry))
                 else:
                     for f in b.embed(self.COMMA, src):
                         b.eps.append((f, entry))
-                if (S2, nc) not in seen:
-                    seen.add((S2, nc))
-                    todo.append((S2, nc))
+                if (S2, nc, w2) not in seen:
+                    seen.add((S2, nc, w2))
+                    todo.append((S2, nc, w2))
             if b.n > MAX_STATES:
                 raise UnsupportedSchemaError("properties", flat[0][1],
                                              "property_order='any' automaton too large")
@@ -1541,6 +1961,14 @@ class JsonSchemaCompiler:
                 f"recursive $ref unrolled to depth {self.max_depth} at "
                 f"{', '.join(sorted(self.truncated))}: deeper nesting is not generated "
                 "(the automaton accepts a subset of the schema's instances)",
+                stacklevel=3,
+            )
+        if self.legacy_dependencies:
+            warnings.warn(
+                "Draft 4-7 'dependencies' enforced (as dependentRequired/dependentSchemas) in a "
+                "schema read as Draft 2019-09/2020-12, whose validators ignore it, at "
+                f"{', '.join(sorted(self.legacy_dependencies))}: instances violating it are "
+                "not generated (a subset of what a 2020-12 validator accepts)",
                 stacklevel=3,
             )
         if self.strict_used:
@@ -1587,7 +2015,7 @@ class JsonSchemaCompiler:
         flat, disj, st = ex
         # choose anyOf/oneOf branches that the instance satisfies (first valid; else first)
         while disj:
-            kind_, branches, _ = disj.pop(0)
+            kind_, branches, dptr = disj.pop(0)
             chosen = branches[0] if branches else None
             for b in branches:
                 if self._validator is None or self._validator.evolve(schema=b[0]).is_valid(
@@ -1596,7 +2024,15 @@ class JsonSchemaCompiler:
                     break
             if chosen is None:
                 break
-            e2 = self._expand([chosen], st)
+            conj = [chosen]
+            if kind_ == "oneOf" and self._oneof_exact.get(dptr):
+                # compiled as B_i & (not B_j for j != i): the same nodes, so the same key order
+                for b, bp in branches:
+                    if b is not chosen[0]:
+                        n = self._negate(b, bp)
+                        if n is not True and n is not False:
+                            conj.append((n, bp + "/~neg"))
+            e2 = self._expand(conj, st)
             if e2 is None:
                 break
             flat = flat + e2[0]
@@ -1691,7 +2127,20 @@ def serialize_instance(instance: Any, schema: Any, *, validate: bool = False) ->
     c = JsonSchemaCompiler(schema, validate=validate, lenient=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if _has_key(schema, "oneOf"):
+            try:  # which oneOf were compiled as B_i & not B_j decides the key order
+                c.build()
+            except Exception:  # noqa: BLE001 - serialization does not need the automaton
+                pass
         return c.serialize(instance)
+
+
+def _has_key(node: Any, key: str) -> bool:
+    if isinstance(node, dict):
+        return key in node or any(_has_key(v, key) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_key(v, key) for v in node)
+    return False
 
 
 def compile_json_schema(

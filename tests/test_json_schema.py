@@ -227,17 +227,20 @@ def test_oneof_disjointness():
                     {"type": "object", "properties": {"k": {"const": "b"}, "x": {}},
                      "required": ["k"]}]}
     _agree(ok, [{"k": "a"}, {"k": "b", "x": 1}, {"k": "c"}])
-    bad = {"oneOf": [{"type": "integer"}, {"minimum": 2}]}
+    # overlapping branches whose negation is not expressible (patternProperties)
+    bad = {"oneOf": [{"type": "object"},
+                     {"patternProperties": {"^x": {}}, "additionalProperties": False}]}
     with pytest.raises(UnsupportedSchemaError) as e:
         _nfa(bad)
     assert e.value.keyword == "oneOf" and e.value.pointer == "#/oneOf"
+    assert "patternProperties" in e.value.detail
     with pytest.warns(UserWarning, match="SUPERSET"):
         json_schema_to_nfa(bad, lenient=True)
 
 
 def test_unsupported_pointer_and_lenient():
     schema = {"properties": {"items": {"anyOf": [{"type": "null"}, {"type": "string"},
-                                                 {"not": {"type": "integer"}}]}}}
+                                                 {"not": {"multipleOf": 2}}]}}}
     with pytest.raises(UnsupportedSchemaError) as e:
         json_schema_to_nfa(schema)
     assert e.value.keyword == "not"
@@ -366,3 +369,148 @@ def test_strict_drops_unlisted_properties_and_items():
     # strict is a subset: every sample validates against the schema
     _samples_valid(obj, strict=True)
     _samples_valid(arr, strict=True)
+
+
+# --------------------------------------------------------------------------- not, dependencies,
+# overlapping oneOf (exact rewrites: negation by De Morgan, dependencies as a disjoint union,
+# oneOf as the union of B_i and not B_j)
+
+D4 = "http://json-schema.org/draft-04/schema#"
+D7 = "http://json-schema.org/draft-07/schema#"
+
+NOT_CASES = [
+    ({"not": {"type": "object"}}, [1, 1.5, "a", None, {}, {"a": 1}, [], True]),
+    ({"not": {"type": "integer"}}, [1, 1.5, -0.25, "a", None, {}, [], True]),
+    ({"type": "number", "minimum": -100, "maximum": 100, "not": {"type": "integer"}},
+     [1, 1.5, -0.25, "a", 3.0]),
+    ({"type": "string", "not": {"enum": ["logs", "x"]}}, ["logs", "x", "log", "logsx", "", 1]),
+    ({"not": {"enum": [1, "a", None, True, [1, 2]]}},
+     [1, 1.0, 2, "a", "b", None, True, False, [1, 2], [1], [2, 1], {}]),
+    ({"not": {"const": 2.5}}, [2.5, 2, 3, "2.5"]),
+    ({"items": {"not": {"enum": ["logs"]}}}, [[], ["logs"], ["a", "logs"], ["a"]]),
+    ({"not": {"required": ["a"]}}, [{}, {"a": 1}, {"b": 1}, 1, "x"]),
+    ({"type": "object", "properties": {"a": {"not": {}}, "b": {"type": "integer"}}},
+     [{}, {"a": 1}, {"b": 1}, {"c": 1}]),
+    ({"not": {"anyOf": [{"required": ["a", "b"]}, {"required": ["a", "c"]}]}},
+     [{}, {"a": 1}, {"a": 1, "b": 1}, {"a": 1, "c": 2}, {"b": 1, "c": 1}, 3]),
+    ({"type": "object", "not": {"allOf": [{"required": ["site"]}, {"required": ["app"]}]}},
+     [{}, {"site": 1}, {"app": 1}, {"site": 1, "app": 2}]),
+    ({"type": "string", "not": {"pattern": "ghlint|plugin"}},
+     ["abc", "ghlint", "xpluginx", "plugi", "é\"ghlin"]),
+    ({"type": "string", "not": {"pattern": "^[a-c]+$"}, "maxLength": 3}, ["", "ab", "abd", "d"]),
+    ({"not": {"properties": {"f": {"maxItems": 0}, "g": {"maxItems": 0}}}},
+     [{}, {"f": []}, {"f": [1]}, {"g": [1], "f": []}, {"f": 1}, 5]),
+    ({"not": {"minimum": 3}}, [2, 3, 2.5, "a", 4]),
+    ({"not": {"exclusiveMaximum": 3, "type": "integer"}}, [2, 3, 2.5, "a", 4]),
+    ({"$schema": D4, "not": {"maximum": 3, "exclusiveMaximum": True}}, [2, 3, 2.5, "a", 4]),
+    ({"$schema": D4, "not": {"minimum": 3}}, [2, 3, 2.5, "a", 4]),
+    ({"not": {"minLength": 2, "maxLength": 3}}, ["", "a", "ab", "abc", "abcd", 1]),
+    ({"not": {"items": {"type": "integer"}}}, [[], [1], [1, "a"], ["a"], 1]),
+    ({"not": {"contains": {"type": "integer"}}}, [[], [1], [1, "a"], ["a"], 1]),
+    ({"not": {"minItems": 1, "maxItems": 2}}, [[], [1], [1, 2], [1, 2, 3], "x"]),
+    ({"not": {"not": {"type": "integer"}}}, [1, "a", 1.5]),
+    ({"not": {"minProperties": 1}}, [{}, {"a": 1}, 1]),
+    ({"properties": {"a": {}, "b": {}, "c": {}}, "additionalProperties": False,
+      "not": {"maxProperties": 1}}, [{}, {"a": 1}, {"a": 1, "b": 2}, 1]),
+    ({"not": {"properties": {"a": {}}, "additionalProperties": {"type": "integer"}}},
+     [{}, {"a": "x"}, {"b": 1}, {"b": "s"}, {"a": 1, "b": "s"}, 3]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {}},
+      "not": {"properties": {"a": {}}, "additionalProperties": False}},
+     [{}, {"a": 1}, {"b": 1}, {"a": 1, "c": 2}, {"c": 1}, {"a": 1, "b": 2}]),
+    ({"$defs": {"s": {"type": "string"}}, "not": {"$ref": "#/$defs/s"}}, ["a", 1, None]),
+    ({"not": False}, [1, "a", None]),
+]
+
+DEP_CASES = [
+    ({"$schema": D7, "type": "object", "properties": {"a": {"type": "integer"},
+                                                      "b": {"type": "integer"}},
+      "dependencies": {"a": ["b"]}}, [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2}, {"c": 1, "a": 1}]),
+    # a dependency on an undeclared (additional) property
+    ({"$schema": D7, "type": "object", "properties": {"a": {"type": "integer"}},
+      "additionalProperties": {"type": "integer"}, "dependencies": {"a": ["zz"]}},
+     [{}, {"a": 1}, {"zz": 1}, {"a": 1, "zz": 2}, {"c": 1, "a": 1, "zz": 3}, {"a": 1, "zz": "s"}]),
+    ({"$schema": D7, "properties": {"a": {}}, "additionalProperties": False,
+      "dependencies": {"a": ["zz"]}}, [{}, {"a": 1}, {"zz": 1}, 3]),
+    ({"type": "object", "dependentRequired": {"a": ["b", "c"], "b": ["a"]}},
+     [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2, "c": 3}, {"a": 1, "c": 3}, {"c": 1}]),
+    ({"dependentRequired": {"a": ["b"]}}, [1, "x", {"a": 1}, {"a": 1, "b": 1}]),
+    ({"type": "object", "properties": {"a": {}, "b": {"type": "integer"}},
+      "dependentSchemas": {"a": {"properties": {"b": {"minimum": 3}}, "required": ["b"]}}},
+     [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 3}, {"b": 3}]),
+    ({"$schema": D7, "type": "object", "dependencies": {"x": {"not": {"required": ["y"]}},
+                                                       "y": False}},
+     [{}, {"x": 1}, {"y": 1}, {"x": 1, "y": 2}, {"z": 1}]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}},
+      "dependentSchemas": {"a": {"maxProperties": 1}}},
+     [{}, {"a": 1}, {"a": 1, "b": 2}, {"b": 1, "c": 2}]),
+]
+
+ONEOF_CASES = [
+    ({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, [1, 2, 3, 2.5, 1.5, "a"]),
+    ({"$schema": D4, "type": "object", "oneOf": [
+        {"type": "object", "required": ["id", "win"],
+         "properties": {"id": {"type": "string"}, "handleWinResponse": {"type": "object"}}},
+        {"type": "object", "required": ["id", "lose"],
+         "properties": {"id": {"type": "string"}, "lose": {"type": "object"}}}]},
+     [{"id": "a", "win": 1}, {"id": "a", "lose": {}}, {"id": "a", "win": 1, "lose": {}},
+      {"id": "a", "win": 1, "lose": 2}, {"id": 1, "win": 1}, {}]),
+    ({"type": "object", "oneOf": [
+        {"additionalProperties": False, "properties": {"next": {"type": "string"}}},
+        {"additionalProperties": False, "properties": {"previous": {"type": "string"}}}]},
+     [{}, {"next": "a"}, {"previous": "b"}, {"next": "a", "previous": "b"}, {"x": 1},
+      {"next": 1}]),
+    ({"oneOf": [{"required": ["a"]}, {"required": ["b"]}, {"maxProperties": 1}]},
+     [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 1}, {"a": 1, "c": 1}, {"c": 1, "d": 1}, 5]),
+    ({"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "maxLength": 2}]},
+     ["a", "ab", "abc", "b", "bcd", 1]),
+]
+
+
+@pytest.mark.parametrize("schema,instances", NOT_CASES + DEP_CASES + ONEOF_CASES,
+                         ids=[json.dumps(c[0])[:60] for c in NOT_CASES + DEP_CASES + ONEOF_CASES])
+@pytest.mark.parametrize("order", ["schema", "any"])
+def test_not_dependencies_oneof_agree_and_sample(schema, instances, order):
+    _agree(schema, instances, property_order=order)
+    _samples_valid(schema, n=20, max_len=30, property_order=order)
+
+
+def test_not_forms_without_exact_negation_are_refused():
+    for schema, detail in [
+        ({"not": {"multipleOf": 2}}, "multipleOf"),
+        ({"not": {"format": "date"}}, "format"),
+        ({"not": {"uniqueItems": True}}, "uniqueItems"),
+        ({"not": {"enum": [{"a": 1}]}}, "objects"),
+        ({"$defs": {"t": {"properties": {"k": {"$ref": "#/$defs/t"}}}},
+          "not": {"$ref": "#/$defs/t"}}, "recursive"),
+        ({"not": {"patternProperties": {"^x": {}}}}, "patternProperties"),
+    ]:
+        with pytest.raises(UnsupportedSchemaError) as e:
+            _nfa(schema)
+        assert e.value.keyword == "not" and detail in e.value.detail, (schema, e.value)
+        assert e.value.pointer.startswith("#/not"), e.value.pointer
+    with pytest.warns(UserWarning, match="SUPERSET"):
+        json_schema_to_nfa({"not": {"multipleOf": 2}}, lenient=True)
+    assert not _nfa({"type": "object", "not": True}).finals  # not true: nothing
+
+def test_negation_nodes_are_not_closed_by_strict():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}},
+              "additionalProperties": True, "not": {"required": ["b"]},
+              "dependentRequired": {"a": ["c"]}}
+    a = _nfa(schema, strict=True)
+    assert N.matches(a, b'{"a":1,"c":2}') and N.matches(a, b'{"d":1}')
+    assert not N.matches(a, b'{"a":1}') and not N.matches(a, b'{"b":1}')
+
+
+def test_dependencies_in_2020_schema_enforced():
+    """``dependencies`` left Draft 2019-09; an undrafted schema that uses it means it (it is
+    enforced: the automaton accepts the Draft 7 reading, a subset of the 2020-12 one)."""
+    a = _nfa({"type": "object", "dependencies": {"a": ["b"]}})
+    assert N.matches(a, b'{"a":1,"b":2}') and not N.matches(a, b'{"a":1}')
+
+
+def test_no_new_keywords_no_new_states():
+    """Schemas without the new keywords build the same automaton as before (no witness or
+    presence states): an object with optional properties and free extras stays small."""
+    schema = {"type": "object", "properties": {k: {"type": "integer"} for k in "abcdef"},
+              "additionalProperties": {"type": "boolean"}}
+    assert _nfa(schema).num_states <= 87  # 87 before not/dependencies/oneOf rewrites existed
