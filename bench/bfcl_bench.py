@@ -13,10 +13,14 @@ question; SMC returns the sample drawn from its weighted ensemble):
 * ``pgcd+smc k`` — SMC with the P-GCD proposal and potential (needs ``--hmm DIR`` with a distilled
   HMM; skipped otherwise).
 
-    python bench/bfcl_bench.py --questions 3 --budget-slack 4 --ks 1 4 16
+    OMP_NUM_THREADS=1 python bench/bfcl_bench.py --questions 20 --budget-slack 4 --ks 1 4 16 \
+        --pgcd-ks 4 16 --hmm .cache/hmm/smollm2_n1024_t128
 
-Budget: the shortest accepted output (in tokens) + ``--budget-slack``.  Writes
-bench/results/bfcl_smc.{md,json}.  Reads /work/shared/data/bfcl_function_calling.
+Budget: the shortest accepted output (in tokens) + ``--budget-slack``.  Besides validity and
+time, each drawn output is scored by the unconstrained LM: ``log p_lm(x [EOS] | prompt)`` (one
+extra forward pass, not timed), and SMC methods report ``log Ĝ`` (the estimate of the
+constrained mass G = Σ_x P0(x) 1_C(x); every method estimates the same G per question).
+Writes bench/results/bfcl_smc.{md,json}.  Reads /work/shared/data/bfcl_function_calling.
 """
 
 from __future__ import annotations
@@ -64,21 +68,46 @@ def call_schema(fn: dict) -> dict:
             "required": ["name", "arguments"], "additionalProperties": False}
 
 
+@torch.no_grad()
+def lm_loglik(model, prompt: list[int], toks: list[int], eos: int | None) -> float:
+    """``log p_lm(toks [eos] | prompt)`` under the unconstrained model (one forward pass)."""
+    cont = list(toks) + ([eos] if eos is not None else [])
+    if not cont:
+        return 0.0
+    ids = torch.tensor([list(prompt) + cont])
+    logits = model(ids).logits[0, len(prompt) - 1:-1].double()
+    lp = torch.log_softmax(logits, dim=-1)
+    return float(lp.gather(1, torch.tensor(cont).view(-1, 1)).sum())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--questions", type=int, default=3)
     ap.add_argument("--budget-slack", type=int, default=4)
     ap.add_argument("--ks", type=int, nargs="+", default=[1, 4, 16])
     ap.add_argument("--awrs-k", type=int, default=4)
+    ap.add_argument("--pgcd-ks", type=int, nargs="+", default=[4])
+    ap.add_argument("--pgcd-w", type=float, default=0.5, help="P-GCD proposal weight w")
     ap.add_argument("--methods", nargs="+",
                     default=["lcd", "gcd", "gcd+smc", "awrs-smc", "pgcd+smc"])
-    ap.add_argument("--hmm", default=None, help="folder of a distilled HMM (HMM.save)")
+    ap.add_argument("--hmm", default=None,
+                    help="folder of a distilled HMM (HMM.save), or a distill output folder "
+                         "holding it under hmm/")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(OUT / "bfcl_smc"))
+    ap.add_argument("--note", default="", help="a sentence added to the report (load, ...)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="re-render OUT.md from OUT.json and exit")
     args = ap.parse_args()
+    out = Path(args.out)
+    if args.report_only:
+        print(write_report(out))
+        return
     torch.set_num_threads(args.threads)
+    import sys
 
+    import transformers
     from tractable.decode.constraints import AutomatonConstraint
     from tractable.decode.lm import HFCausalLM
     from tractable.decode.smc import SMC
@@ -93,9 +122,30 @@ def main() -> None:
     if args.hmm:
         from tractable.hmm.model import HMM
 
-        hmm = HMM.load(args.hmm, vocab)
+        hdir = Path(args.hmm)
+        if not (hdir / "config.json").exists() and (hdir / "hmm" / "config.json").exists():
+            hdir = hdir / "hmm"  # the output folder of python -m tractable.hmm.distill
+        hmm = HMM.load(hdir, vocab)
+        print(f"HMM {hmm!r} from {hdir}", flush=True)
     qs = [json.loads(line) for line in DATA.open()]
-    rows = []
+    rows: list[dict] = []
+    skipped: list[str] = []
+    meta = {"date": datetime.date.today().isoformat(), "machine": platform.platform(),
+            "machine_note": "shared 2-core CPU VM (no GPU; other agents' jobs running), ",
+            "threads": args.threads, "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": sys.version.split()[0],
+            "budget_slack": args.budget_slack, "skipped": skipped, "note": args.note,
+            "command": "OMP_NUM_THREADS=1 python bench/bfcl_bench.py " + " ".join(
+                f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                for k, v in vars(args).items()
+                if k not in ("out", "note", "report_only") and v is not None)}
+    if hmm is None and "pgcd+smc" in args.methods:
+        meta["pgcd_note"] = "P-GCD+SMC: not run (no distilled HMM given; pass `--hmm DIR`)."
+    elif hmm is not None:
+        meta["pgcd_note"] = (f"P-GCD: HMM H = {hmm.hidden_size} distilled from SmolLM2 "
+                             f"(`{args.hmm}`), proposal q ∝ p_lm^w p_hmm(·|x, C)^(1−w) with "
+                             f"w = {args.pgcd_w} over the GCD mask, potential "
+                             "p_hmm(x|C)/p_hmm(x) (paper 002 §4.3).")
     done = 0
     for q in qs:
         if done >= args.questions:
@@ -105,6 +155,7 @@ def main() -> None:
             A = compile_json_schema(call_schema(fn), vocab)
         except Exception as e:  # noqa: BLE001 - report and skip unsupported schemas
             print("skip", q["id"], type(e).__name__, e)
+            skipped.append(f"{q['id']} ({type(e).__name__})")
             continue
         done += 1
         C = AutomatonConstraint(A)
@@ -124,49 +175,101 @@ def main() -> None:
             elif m == "awrs-smc":
                 plan.append((f"awrs-smc k={args.awrs_k}", "awrs", args.awrs_k, 0.5, None))
             elif m == "pgcd+smc" and hmm is not None:
+                plan += [(f"pgcd+smc k={k}", "pgcd", k, 0.5, "pgcd") for k in args.pgcd_ks]
+        for name, prop, k, tau, pot in plan:
+            t0 = time.perf_counter()
+            setup = 0.0
+            if pot == "pgcd":  # the product's backward pass is part of the cost of a sample
                 from tractable.hmm.pgcd import PGCD
 
-                plan.append((f"pgcd+smc k={args.awrs_k}", "pgcd", args.awrs_k, 0.5,
-                             PGCD(A, hmm, N)))
-        for name, prop, k, tau, pot in plan:
+                pot = PGCD(A, hmm, N, w=args.pgcd_w)
+                setup = time.perf_counter() - t0
             s = SMC(lm, C, proposal=prop, potential=pot, max_new_tokens=N, ess_threshold=tau)
-            t0 = time.perf_counter()
             res = s.run(prompt, k, seed=args.seed)
             dt = time.perf_counter() - t0
             toks = res.sample_tokens if res.sample >= 0 else res.particles[0]
             valid = bool(A.accepts(toks)) and (res.sample >= 0)
+            eos = bool(res.eos[res.sample]) if res.sample >= 0 else False
             text = tok.decode(toks)
+            ll = lm_loglik(model, prompt, toks, vocab.eos_token_ids[0] if eos else None)
             rows.append({"id": q["id"], "method": name, "k": k, "budget": N, "valid": valid,
-                         "seconds": dt, "log_G": res.log_G, "lm_calls": res.stats["lm_calls"],
-                         "checks": res.stats["constraint_checks"], "text": text})
-            print(f"{q['id']} N={N} {name:14s} valid={valid} {dt:6.1f}s {text!r}", flush=True)
-    out = Path(args.out)
+                         "seconds": dt, "setup_seconds": setup, "log_G": res.log_G,
+                         "lm_loglik": ll, "tokens": len(toks), "eos": eos,
+                         "lm_calls": res.stats["lm_calls"],
+                         "checks": res.stats["constraint_checks"],
+                         "resampling_steps": res.stats["resampling_steps"], "text": text})
+            print(f"{q['id']} N={N} {name:14s} valid={valid} {dt:6.1f}s logG={res.log_G:8.2f} "
+                  f"ll={ll:8.2f} {text!r}", flush=True)
+        save(rows, meta, out)  # after every question: a killed run keeps its rows
+    save(rows, meta, out)
+    print(write_report(out))
+
+
+def save(rows: list[dict], meta: dict, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"date": datetime.date.today().isoformat(), "machine": platform.platform(),
-            "threads": args.threads, "torch": torch.__version__,
-            "command": "python bench/bfcl_bench.py " + " ".join(
-                f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                for k, v in vars(args).items() if k != "out" and v is not None)}
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
+def write_report(out: Path) -> str:
+    """bench/results/<out>.md from <out>.json (``--report-only`` re-renders it)."""
+    data = json.loads(out.with_suffix(".json").read_text())
+    meta, rows = data["meta"], data["rows"]
+    qids = list(dict.fromkeys(r["id"] for r in rows))
     lines = ["# BFCL function calls on SmolLM2-135M-Instruct at a tight budget", "",
              f"Command: `{meta['command']}`  ",
-             f"Machine: {meta['machine']}, {args.threads} thread(s), torch {meta['torch']}; "
-             f"date {meta['date']}.  Raw rows: `{out.name}.json`.", "",
-             "Budget N = shortest valid output + slack tokens.  Validity = the drawn output is "
-             "accepted by the schema's automaton.", "",
+             f"Machine: {meta.get('machine_note', '')}{meta['machine']}, torch threads = "
+             f"{meta['threads']}, torch {meta['torch']}, transformers "
+             f"{meta.get('transformers', '?')}, Python {meta.get('python', '?')}; SmolLM2-135M-"
+             f"Instruct (float32); date {meta['date']}.  Raw rows: `{out.name}.json`.", "",
+             f"{len(qids)} BFCL v4 `simple_python` questions (the first ones whose schema "
+             f"compiles; skipped: {', '.join(meta.get('skipped', [])) or 'none'}).  Budget N = "
+             f"shortest accepted output + {meta.get('budget_slack', '?')} tokens (EOS "
+             "included); budgets: median "
+             f"{np.median([r['budget'] for r in rows]):.0f}, range "
+             f"{min(r['budget'] for r in rows)}–{max(r['budget'] for r in rows)}.  One output "
+             "per method and question (SMC: one draw from its weighted ensemble; a run whose "
+             "particles all died has no output and counts as invalid).  Validity = the output "
+             "is accepted by the schema's automaton.  Time = the whole run that produced the "
+             "output (P-GCD: including the product's backward pass).", "",
+             "Closeness to the model: `log p_lm` = log-probability of the output (and its EOS) "
+             "under the *unconstrained* LM given the prompt, over valid outputs (higher = an "
+             "output the model itself finds likelier; read it with log Ĝ: a mode-seeking sampler "
+             "can score higher than exact posterior samples, whose mean is log G − H(posterior))."
+             "  `log Ĝ` "
+             "= the run's estimate of log G, G = Σ_x P0(x) 1_C(x) (every method is an unbiased "
+             "estimator of the same G per question, so by Jensen a higher mean log Ĝ means a "
+             "lower-variance estimator, i.e. a proposal closer to the target; LCD/GCD: the "
+             "product of the mask masses Z_t along the single path, −∞ when LCD runs out).  The "
+             "last two columns compare each run's log Ĝ with the plain GCD run on the same "
+             "question (paired; finite estimates only).", "",
              "| method | outputs | valid | time/sample median (s) | p90 (s) | forward passes "
-             "median |", "|---|---:|---:|---:|---:|---:|"]
+             "median | mean log p_lm (valid) | median log p_lm | mean log Ĝ (finite) | Ĝ = 0 | "
+             "log Ĝ − log Ĝ_gcd: paired median | > gcd |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    base = {r["id"]: r["log_G"] for r in rows if r["method"] == "gcd"}
     for name in dict.fromkeys(r["method"] for r in rows):
         sub = [r for r in rows if r["method"] == name]
         t = np.array([r["seconds"] for r in sub])
-        lines.append(f"| {name} | {len(sub)} | {sum(r['valid'] for r in sub)}/{len(sub)} | "
-                     f"{np.median(t):.2f} | {np.percentile(t, 90):.2f} | "
-                     f"{np.median([r['lm_calls'] for r in sub]):.0f} |")
-    if hmm is None and "pgcd+smc" in args.methods:
-        lines += ["", "P-GCD+SMC: not run (no distilled HMM given; pass `--hmm DIR`)."]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
+        ll = np.array([r["lm_loglik"] for r in sub if r["valid"]])
+        lg = np.array([r["log_G"] for r in sub])
+        fin = lg[np.isfinite(lg)]
+        d = np.array([r["log_G"] - base[r["id"]] for r in sub
+                      if r["id"] in base and np.isfinite(r["log_G"])])
+        lines.append(
+            f"| {name} | {len(sub)} | {sum(r['valid'] for r in sub)}/{len(sub)} | "
+            f"{np.median(t):.2f} | {np.percentile(t, 90):.2f} | "
+            f"{np.median([r['lm_calls'] for r in sub]):.0f} | "
+            f"{ll.mean() if ll.size else float('nan'):.2f} | "
+            f"{np.median(ll) if ll.size else float('nan'):.2f} | "
+            f"{fin.mean() if fin.size else float('nan'):.2f} | {int((~np.isfinite(lg)).sum())} | "
+            f"{np.median(d) if d.size else float('nan'):+.2f} | {int((d > 0).sum())}/{d.size} |")
+    if meta.get("pgcd_note"):
+        lines += ["", meta["pgcd_note"]]
+    if meta.get("note"):
+        lines += ["", meta["note"]]
+    text = "\n".join(lines) + "\n"
+    out.with_suffix(".md").write_text(text)
+    return text
 
 if __name__ == "__main__":
     main()
