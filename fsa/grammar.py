@@ -32,7 +32,7 @@ from .automaton import TokenAutomaton
 from .grammar_approx import MAX_BYTE_STATES, approximate, scc_report, unroll
 from .grammar_cfg import CFG, prepare
 from .grammar_earley import EarleyChecker
-from .grammar_gbnf import parse_gbnf
+from .grammar_gbnf import parse_gbnf, to_gbnf
 from .grammar_lark import parse_lark
 from .nfa import ByteNFA
 from .vocabulary import TokenVocabulary
@@ -45,6 +45,7 @@ __all__ = [
     "compile_grammar",
     "unroll",
     "scc_report",
+    "to_gbnf",
     "DEFAULT_MAX_DEPTH",
 ]
 

@@ -384,3 +384,137 @@ def test_full_lark_agreement_sql():
     for q in _lines("spider_dev_gold.txt.gz")[:300]:
         for m in [q.encode()] + mutations(q.encode(), rng, 2, b" ()=,.1aC'\"*"):
             assert c.accepts(m) == lark_accepts(lp, m.decode()), m
+
+
+# --------------------------------------------------------------------------- DFA sizes, sharing
+
+
+def _live_states(dfa) -> int:
+    """States of an automata-lib DFA that can reach a final state (drops its dead state)."""
+    rev: dict = {}
+    for s, row in dfa.transitions.items():
+        for t in row.values():
+            rev.setdefault(t, set()).add(s)
+    live = set(dfa.final_states)
+    stack = list(live)
+    while stack:
+        for y in rev.get(stack.pop(), ()):
+            if y not in live:
+                live.add(y)
+                stack.append(y)
+    return len(live)
+
+
+@pytest.mark.parametrize("name, mode", [("arithmetic.gbnf", "under"), ("json.gbnf", "over"),
+                                        ("json.gbnf", "under"), ("smiles.lark", "under"),
+                                        ("chess.gbnf", "over")])
+def test_subset_construction_matches_automata_lib(name, mode):
+    from automata.fa.dfa import DFA
+    from tractable.fsa.grammar_approx import subset_construction
+
+    nfa = _under(_read(name), 1) if mode == "under" else grammar_to_nfa(_read(name))
+    d = subset_construction(nfa)
+    assert d.finished and d.reason == ""
+    al = N.to_automata_lib(nfa)
+    assert d.num_states == _live_states(DFA.from_nfa(al, minify=False))
+    assert d.minimal_states == _live_states(DFA.from_nfa(al))
+    rng = random.Random(0)
+    for _ in range(30):
+        s = sample_nfa(nfa, rng, max_len=60)
+        assert d.accepts(s)
+        t = bytearray(s)
+        if t:
+            t[rng.randrange(len(t))] = rng.randrange(256)
+        assert d.accepts(bytes(t)) == N.matches(nfa, bytes(t))
+
+
+def test_subset_construction_stops_honestly():
+    from tractable.fsa.grammar_approx import subset_construction
+
+    nfa = _under(_read("json.gbnf"), 1)
+    d = subset_construction(nfa, max_states=100)
+    assert not d.finished and d.reason == "max_states" and d.num_states > 100
+    with pytest.raises(ValueError):
+        d.accepts(b"[]")
+    d = subset_construction(nfa, timeout_s=0.0)
+    assert not d.finished and d.reason == "timeout"
+
+
+@pytest.mark.parametrize("name, mode", [("json.gbnf", "over"), ("json.gbnf", "under"),
+                                        ("smiles.lark", "over"), ("arithmetic.gbnf", "under")])
+def test_bisim_reduce_keeps_the_language(name, mode):
+    from tractable.fsa.grammar_approx import bisim_reduce, subset_construction
+
+    nfa = _under(_read(name), 1) if mode == "under" else grammar_to_nfa(_read(name))
+    r = bisim_reduce(nfa)
+    assert r.num_states <= nfa.num_states
+    # equal languages <=> equal minimal DFAs: compare sizes and random strings both ways
+    assert subset_construction(r).minimal_states == subset_construction(nfa).minimal_states
+    rng = random.Random(1)
+    for a, b in ((nfa, r), (r, nfa)):
+        for _ in range(30):
+            s = sample_nfa(a, rng, max_len=60)
+            assert N.matches(b, s)
+            t = bytearray(s)
+            if t:
+                del t[rng.randrange(len(t))]
+            assert N.matches(a, bytes(t)) == N.matches(b, bytes(t))
+
+
+def test_sql_feedback_arcs_are_the_bracketed_calls():
+    from tractable.fsa.grammar_approx import _analyse
+    from tractable.fsa.grammar_cfg import prepare
+
+    pc = prepare(parse_grammar(_read("sql.lark")))
+    (info,) = [s for s in _analyse(pc)
+               if s.recursive and s.linear is None and "select" in s.members]
+    grp = info.group
+
+    def back(a, b):
+        return (grp[a], grp[b]) in info.back
+
+    assert back("subquery", "query_expr")  # "(" query ")"
+    assert back("expression_math", "when_then")  # CASE WHEN … THEN … END
+    assert (grp["expression_math"],) * 2 in info.back  # AGGREGATION expression_math ")"
+    assert not back("equals", "expression_math") and not back("select_expr", "expression_math")
+    assert not back("query_expr", "select") and not back("join", "bool_expression")
+    assert len(info.back) <= 8
+
+
+@pytest.mark.slow
+def test_sql_under_accepts_gold_within_depth():
+    g = parse_grammar(_read("sql.lark"))
+    gold = _lines("spider_dev_gold.txt.gz")
+    under = _under(g, 0)
+    cu = Checker(unroll(g, 0))
+    c = Checker(g)
+    within = [q for q in gold if cu.accepts(q)]
+    assert len(within) >= 250  # SELECT … FROM … WHERE … without nesting (252 of 1,034)
+    assert all(N.matches(under, q.encode()) for q in within)
+    rng = random.Random(5)
+    for _ in range(30):
+        s = sample_nfa(under, rng, max_len=120)
+        assert c.accepts(s) and cu.accepts(s), s
+
+
+@pytest.mark.parametrize("name", ["smiles.lark", "cars_json.lark",
+                                  pytest.param("sql.lark", marks=pytest.mark.slow)])
+def test_to_gbnf_keeps_the_language(name):
+    from tractable.fsa.grammar_gbnf import to_gbnf
+
+    text = _read(name)
+    g = parse_grammar(text)
+    if name == "sql.lark":
+        pytest.importorskip("xgrammar")
+    gb = to_gbnf(g)
+    c1, c2 = Checker(g), Checker(gb, syntax="gbnf")
+    rng = random.Random(2)
+    over = grammar_to_nfa(g, approximation="over")
+    strings = [sample_nfa(over, rng, max_len=60) for _ in range(30)]
+    if name == "sql.lark":
+        strings += [q.encode() for q in _lines("spider_dev_gold.txt.gz")[:40]]
+    for s in strings:
+        assert c1.accepts(s) == c2.accepts(s), s
+        assert c1.viable(s[: len(s) // 2]) == c2.viable(s[: len(s) // 2]), s
+    xgr = pytest.importorskip("xgrammar")
+    xgr.Grammar.from_ebnf(gb)  # xgrammar parses it

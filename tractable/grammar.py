@@ -15,6 +15,7 @@ from tractable.fsa.grammar import (
     grammar_to_nfa,
     parse_grammar,
     scc_report,
+    to_gbnf,
     unroll,
 )
 
@@ -25,6 +26,7 @@ __all__ = [
     "grammar_to_nfa",
     "parse_grammar",
     "scc_report",
+    "to_gbnf",
     "unroll",
     "DEFAULT_MAX_DEPTH",
 ]
