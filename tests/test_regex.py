@@ -376,3 +376,17 @@ def test_reference_viable_tail_against_enumeration(pattern):
         want = any(reference_viable(pattern, (text + chr(c)).encode())
                    for c in range(lo, hi + 1) if not 0xD800 <= c <= 0xDFFF)
         assert reference_viable(pattern, prefix) == want, (pattern, prefix)
+
+
+def test_reference_partial_matching_ignores_laziness():
+    """``regex``'s partial matching with a lazy quantifier claims impossible prefixes viable
+    (``^a.*?b$`` on ``a\\n``); the reference makes quantifiers greedy (same full-match language)."""
+    import regex
+
+    from tractable.testing.regex import greedy, reference_viable
+
+    assert regex.fullmatch(r"^a.*?b$", "a\n", partial=True)  # the upstream behaviour worked around
+    assert greedy(r"a+?b??c{2,3}?d[*?]+?\*?(?:x)?e{x}?") == r"a+b?c{2,3}d[*?]+\*?(?:x)?e{x}?"
+    assert not reference_viable(r"^a.*?b$", b"a\n")
+    assert reference_viable(r"^a.*?b$", b"axx") and not reference_viable(r"^a.*?b$", b"a\nb")
+    assert not reference_viable(r"^(\[\[R).*?(\]\])$", b"[[R x\n]")

@@ -57,7 +57,53 @@ def _rx(pattern: str, flags: int):
     import regex
 
     ascii_ = bool((flags | _re(pattern, flags).flags) & re.ASCII)
+    pattern = greedy(pattern)
     return regex.compile(pattern if ascii_ else _re_classes_for_regex(pattern), flags)
+
+
+_BRACE = re.compile(r"\{\d*(,\d*)?\}")
+
+
+def greedy(pattern: str) -> str:
+    """``pattern`` with lazy quantifiers (``*?``, ``+?``, ``??``, ``{m,n}?``) made greedy.
+
+    Full-match languages do not depend on laziness, but ``regex``'s partial matching does: with
+    a lazy quantifier it reports partial matches that no extension completes (``regex`` 2026.11:
+    ``fullmatch(r"^a.*?b$", "a\\n", partial=True)`` is a match though ``.`` never reads a
+    newline; the greedy pattern answers correctly).  Escapes and character classes are skipped.
+    """
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if c == "[":  # copy the class through its closing bracket
+            j = i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            out.append(pattern[i:j + 1])
+            i = j + 1
+            continue
+        if c == "{":
+            m = _BRACE.match(pattern, i)
+            if m:  # a counted repetition; a lazy marker after it is dropped
+                out.append(m.group(0))
+                i = m.end()
+                if i < n and pattern[i] == "?":
+                    i += 1
+                continue
+        out.append(c)
+        i += 1
+        if c in "*+?" and i > 1 and pattern[i - 2] != "(" and i < n and pattern[i] == "?":
+            i += 1  # the lazy marker
+    return "".join(out)
 
 
 @lru_cache(maxsize=8)
