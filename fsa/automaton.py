@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .errors import AutomatonFormatError, EmptyLanguageError, VocabularyMismatchError
-from .lift import LiftedEdges, _ranges, lift, pack_rows
+from .lift import LiftedEdges, _ranges, dedup_rows, lift, pack_rows
 from .nfa import ByteNFA
 from .state import MaskMixin
 from .vocabulary import TokenVocabulary
@@ -568,21 +568,7 @@ def _merge_rows(packed, label_of_edge, kept_key, r_key, row_id, rows):
     label = np.full(label_of_edge.size, -1, dtype=np.int64)
     label[ref_e[starts]] = row_of
     # exact dedup of the rows in use, numbered by first use
-    ids: dict[bytes, int] = {}
-    keep_rows: list[int] = []
-    remap: dict[int, int] = {}
-    out = np.empty(label.size, dtype=np.int64)
-    for i, r in enumerate(label.tolist()):
-        j = remap.get(r)
-        if j is None:
-            b = table[r].tobytes()
-            j = ids.get(b)
-            if j is None:
-                j = ids[b] = len(keep_rows)
-                keep_rows.append(r)
-            remap[r] = j
-        out[i] = j
-    return table[keep_rows], out
+    return dedup_rows(table, label.tolist())
 
 
 _HASHES: dict[int, np.ndarray] = {}

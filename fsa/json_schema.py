@@ -263,23 +263,28 @@ def _escaped_format(name: str) -> ByteNFA:
     return hit
 
 
+def _trie(seqs) -> tuple[list[dict[Any, int]], set[int]]:
+    """Trie of the sequences: per node its children by symbol; the nodes that end a sequence."""
+    children: list[dict[Any, int]] = [{}]
+    ends: set[int] = set()
+    for seq in seqs:
+        st = 0
+        for sym in seq:
+            nxt = children[st].get(sym)
+            if nxt is None:
+                nxt = len(children)
+                children.append({})
+                children[st][sym] = nxt
+            st = nxt
+        ends.add(st)
+    return children, ends
+
+
 def _body_excluding(names: list[str]) -> ByteNFA:
     """Canonical string bodies whose decoded value is none of ``names`` (exact, O(total length))."""
     if not names:
         return _BODY
-    # trie over characters
-    children: list[dict[str, int]] = [{}]
-    ends: set[int] = set()
-    for name in names:
-        s = 0
-        for ch in name:
-            nxt = children[s].get(ch)
-            if nxt is None:
-                nxt = len(children)
-                children.append({})
-                children[s][ch] = nxt
-            s = nxt
-        ends.add(s)
+    children, ends = _trie(names)  # over characters
     n_trie = len(children)
     edges: list[tuple[int, int, int]] = []
     eps: list[tuple[int, int]] = []
@@ -553,18 +558,7 @@ _HAS_DOT = ByteNFA(2, 0, frozenset({1}), ((0, _ALL_BYTES & ~(1 << 0x2E), 0), (0,
 def _not_literals(lits: list[bytes]) -> ByteNFA:
     """Byte strings that are none of ``lits``: a complete trie DFA (a sink for deviations) whose
     accepting states are every node that does not end a literal, and the sink."""
-    children: list[dict[int, int]] = [{}]
-    ends: set[int] = set()
-    for lit in lits:
-        st = 0
-        for byte in lit:
-            nxt = children[st].get(byte)
-            if nxt is None:
-                nxt = len(children)
-                children.append({})
-                children[st][byte] = nxt
-            st = nxt
-        ends.add(st)
+    children, ends = _trie(lits)  # over bytes
     sink = len(children)
     edges = [(sink, _ALL_BYTES, sink)]
     for st, kids in enumerate(children):

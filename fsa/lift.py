@@ -308,6 +308,29 @@ def pack_rows(row: np.ndarray, tok: np.ndarray, num_rows: int, vocab_size: int) 
     return words.astype(np.uint32).reshape(num_rows, W)
 
 
+def dedup_rows(table: np.ndarray, refs) -> tuple[np.ndarray, np.ndarray]:
+    """Exact dedup of the rows ``table[r]`` for ``r`` in ``refs`` (ints).
+
+    Returns (the distinct rows, numbered by first use; int64 [len(refs)]: the number of each
+    ref's row).  Rows are compared by their bytes.
+    """
+    ids: dict[bytes, int] = {}
+    seen: dict[int, int] = {}
+    keep: list[int] = []
+    out = np.empty(len(refs), dtype=np.int64)
+    for i, r in enumerate(refs):
+        j = seen.get(r)
+        if j is None:
+            b = table[r].tobytes()
+            j = ids.get(b)
+            if j is None:
+                j = ids[b] = len(keep)
+                keep.append(r)
+            seen[r] = j
+        out[i] = j
+    return table[keep], out
+
+
 def _walk(trie, node_cls, subsets: _SubsetTable, starts, node, dstate, *, visits: bool = False):
     """Breadth-first walk of ``trie`` below frontier entries (start, trie node, subset id).
 
@@ -533,17 +556,7 @@ def _template(comp: _Component, vocab: TokenVocabulary) -> _Template:
     gsize = tp[tnode + 1] - tp[tnode]
     toks = ct.term_tokens[_ranges(tp[tnode], gsize)]
     packed = pack_rows(np.repeat(inv, gsize), toks, int(ukey.size), vocab.size)
-    row_ids: dict[bytes, int] = {}
-    e_row = np.empty(ukey.size, dtype=np.int64)
-    uniq_rows = []
-    for i in range(ukey.size):
-        b = packed[i].tobytes()
-        j = row_ids.get(b)
-        if j is None:
-            j = row_ids[b] = len(uniq_rows)
-            uniq_rows.append(i)
-        e_row[i] = j
-    rows = packed[uniq_rows] if uniq_rows else np.zeros((0, packed.shape[1]), dtype=np.uint32)
+    rows, e_row = dedup_rows(packed, range(ukey.size))
     # continuations: class nodes reached with an exit in the subset -> their byte-trie nodes
     c = m >= n
     c_r, c_k, c_node = r[c], m[c] - n, node[c]
