@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .errors import AutomatonFormatError, EmptyLanguageError, VocabularyMismatchError
-from .lift import LiftedEdges, _ranges, dedup_rows, lift, pack_rows
+from .lift import LiftedEdges, _ranges, dedup_rows, dedup_sets, lift, pack_rows, sorted_unique
 from .nfa import ByteNFA
 from .state import MaskMixin
 from .vocabulary import TokenVocabulary
@@ -167,7 +167,7 @@ class TokenAutomaton(MaskMixin):
         x_key = key[x_first]  # explicit edges (sorted, unique)
         x_ptr = np.concatenate([x_first, [key.size]])
         r_key = lifted.row_src * S0 + lifted.row_dst  # shared-row contributions
-        all_key = np.unique(np.concatenate([x_key, r_key]))
+        all_key = sorted_unique(np.concatenate([x_key, r_key]))
         e_src = all_key // S0
         e_dst = all_key % S0
         # token-level trimming: reachable from state 0 and able to reach a final state
@@ -187,7 +187,7 @@ class TokenAutomaton(MaskMixin):
         xi = np.searchsorted(kept_key, x_key)
         x_in = np.nonzero((xi < kept_key.size) & (kept_key[np.minimum(xi, kept_key.size - 1)]
                                                    == x_key))[0] if kept_key.size else x_key[:0]
-        label_of_x, rep_edges = _dedup_labels(grp, x_ptr[x_in], x_ptr[x_in + 1])
+        label_of_x, rep_edges = dedup_sets(grp, x_ptr[x_in], x_ptr[x_in + 1])
         packed = _pack_label_rows(grp, rep_edges, lifted.grp_ptr, lifted.grp_tokens, V)
         label_of_edge = np.full(kept.size, -1, dtype=np.int64)
         label_of_edge[xi[x_in]] = label_of_x
@@ -474,7 +474,7 @@ def _reach(ptr: np.ndarray, nbr: np.ndarray, sources: np.ndarray, S: int) -> np.
     """bool [S]: states reachable from ``sources`` (breadth-first, one numpy step per layer)."""
     seen = np.zeros(S, dtype=bool)
     seen[sources] = True
-    frontier = np.unique(sources)
+    frontier = sorted_unique(sources)
     order = [frontier]
     while frontier.size:
         a, b = ptr[frontier], ptr[frontier + 1]
@@ -484,7 +484,7 @@ def _reach(ptr: np.ndarray, nbr: np.ndarray, sources: np.ndarray, S: int) -> np.
             break
         idx = np.arange(total) + np.repeat(a - (np.cumsum(counts) - counts), counts)
         nxt = nbr[idx]
-        nxt = np.unique(nxt[~seen[nxt]])
+        nxt = sorted_unique(nxt[~seen[nxt]])
         seen[nxt] = True
         frontier = nxt
         order.append(nxt)
@@ -569,71 +569,5 @@ def _merge_rows(packed, label_of_edge, kept_key, r_key, row_id, rows):
     label[ref_e[starts]] = row_of
     # exact dedup of the rows in use, numbered by first use
     return dedup_rows(table, label.tolist())
-
-
-_HASHES: dict[int, np.ndarray] = {}
-
-
-def _token_hashes(n: int) -> np.ndarray:
-    """Fixed random int64 per id for ids < n, for hashing id sets (cached per power of two)."""
-    size = 1 << max(10, (n - 1).bit_length())
-    h = _HASHES.get(size)
-    if h is None:
-        rng = np.random.default_rng(0x7AC7)
-        h = _HASHES[size] = rng.integers(0, 2**63, size=size, dtype=np.int64)
-    return h
-
-
-def _dedup_labels(tok: np.ndarray, starts: np.ndarray, ends: np.ndarray):
-    """Exact dedup of the sorted id sets ``tok[starts[i]:ends[i]]``.
-
-    Sets are grouped by (size, random 64-bit hash); every member is then compared element-wise
-    with its group's representative in one vectorized pass, and any set that differs (a hash
-    collision) gets its own label through an exact fallback.  Returns (label id per set, list of
-    (start, end) of each distinct set's representative).
-    """
-    n = starts.size
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), []
-    counts = ends - starts
-    h1 = _token_hashes(int(tok.max()) + 1 if tok.size else 1)
-    vals = h1[tok] if tok.size else np.zeros(0, dtype=np.int64)
-    csum = np.concatenate([[0], np.cumsum(vals, dtype=np.int64)])  # wraps: fine for hashing
-    hashes = csum[ends] - csum[starts]
-    # one int64 key (size mixed into the hash; equal keys are verified below): np.unique on a
-    # 1-D key is several times faster than on [n, 2] rows
-    keys = hashes ^ (counts * np.int64(0x9E3779B97F4A7C15 - 2**64))
-    _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
-    rep_of = first[inv]  # the representative set of each set's group
-    ok = np.ones(n, dtype=bool)
-    check = np.nonzero(rep_of != np.arange(n))[0]
-    if check.size:
-        c = counts[check]
-        a = tok[_ranges(starts[check], c)]
-        b = tok[_ranges(starts[rep_of[check]], c)]
-        same = a == b
-        bounds = np.concatenate([[0], np.cumsum(c)[:-1]])
-        good = np.ones(check.size, dtype=bool)
-        nz = c > 0
-        good[nz] = np.logical_and.reduceat(same, bounds[nz])
-        ok[check] = good
-    label_of = np.empty(n, dtype=np.int64)
-    reps: list[tuple[int, int]] = []
-    rep_label: dict[int, int] = {}
-    for i in first.tolist():
-        rep_label[i] = len(reps)
-        reps.append((int(starts[i]), int(ends[i])))
-    label_of[:] = [rep_label[r] for r in rep_of.tolist()]
-    for i in np.nonzero(~ok)[0].tolist():  # hash collisions: exact, slow path
-        t = tok[starts[i]:ends[i]]
-        for li, (ra, rb) in enumerate(reps):
-            if rb - ra == t.size and np.array_equal(t, tok[ra:rb]):
-                label_of[i] = li
-                break
-        else:
-            label_of[i] = len(reps)
-            reps.append((int(starts[i]), int(ends[i])))
-    return label_of, reps
 
 

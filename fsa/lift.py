@@ -293,6 +293,21 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.arange(int(counts.sum())) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
 
 
+def sorted_unique(a: np.ndarray) -> np.ndarray:
+    """The distinct values of an int64 array, sorted (== ``np.unique(a)``).
+
+    A sort and a neighbour comparison: numpy 2.4's ``np.unique`` hashes, which takes 7.4 s on 9M
+    distinct int64 keys where this takes 0.15 s (measured here).
+    """
+    s = np.sort(a)
+    if s.size < 2:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
 def pack_rows(row: np.ndarray, tok: np.ndarray, num_rows: int, vocab_size: int) -> np.ndarray:
     """uint32 [num_rows, ceil(V/32)]: bit ``t & 31`` of word ``t >> 5`` of row ``row[i]`` set for
     each pair (``row[i]``, ``tok[i]``).  Pairs must be distinct.
@@ -329,6 +344,72 @@ def dedup_rows(table: np.ndarray, refs) -> tuple[np.ndarray, np.ndarray]:
             seen[r] = j
         out[i] = j
     return table[keep], out
+
+
+_HASHES: dict[int, np.ndarray] = {}
+
+
+def _token_hashes(n: int) -> np.ndarray:
+    """Fixed random int64 per id for ids < n, for hashing id sets (cached per power of two)."""
+    size = 1 << max(10, (n - 1).bit_length())
+    h = _HASHES.get(size)
+    if h is None:
+        rng = np.random.default_rng(0x7AC7)
+        h = _HASHES[size] = rng.integers(0, 2**63, size=size, dtype=np.int64)
+    return h
+
+
+def dedup_sets(tok: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """Exact dedup of the sorted id sets ``tok[starts[i]:ends[i]]``.
+
+    Sets are grouped by (size, random 64-bit hash); every member is then compared element-wise
+    with its group's representative in one vectorized pass, and any set that differs (a hash
+    collision) gets its own label through an exact fallback.  Returns (label id per set, list of
+    (start, end) of each distinct set's representative).
+    """
+    n = starts.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), []
+    counts = ends - starts
+    h1 = _token_hashes(int(tok.max()) + 1 if tok.size else 1)
+    vals = h1[tok] if tok.size else np.zeros(0, dtype=np.int64)
+    csum = np.concatenate([[0], np.cumsum(vals, dtype=np.int64)])  # wraps: fine for hashing
+    hashes = csum[ends] - csum[starts]
+    # one int64 key (size mixed into the hash; equal keys are verified below): np.unique on a
+    # 1-D key is several times faster than on [n, 2] rows
+    keys = hashes ^ (counts * np.int64(0x9E3779B97F4A7C15 - 2**64))
+    _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    rep_of = first[inv]  # the representative set of each set's group
+    ok = np.ones(n, dtype=bool)
+    check = np.nonzero(rep_of != np.arange(n))[0]
+    if check.size:
+        c = counts[check]
+        a = tok[_ranges(starts[check], c)]
+        b = tok[_ranges(starts[rep_of[check]], c)]
+        same = a == b
+        bounds = np.concatenate([[0], np.cumsum(c)[:-1]])
+        good = np.ones(check.size, dtype=bool)
+        nz = c > 0
+        good[nz] = np.logical_and.reduceat(same, bounds[nz])
+        ok[check] = good
+    label_of = np.empty(n, dtype=np.int64)
+    reps: list[tuple[int, int]] = []
+    rep_label: dict[int, int] = {}
+    for i in first.tolist():
+        rep_label[i] = len(reps)
+        reps.append((int(starts[i]), int(ends[i])))
+    label_of[:] = [rep_label[r] for r in rep_of.tolist()]
+    for i in np.nonzero(~ok)[0].tolist():  # hash collisions: exact, slow path
+        t = tok[starts[i]:ends[i]]
+        for li, (ra, rb) in enumerate(reps):
+            if rb - ra == t.size and np.array_equal(t, tok[ra:rb]):
+                label_of[i] = li
+                break
+        else:
+            label_of[i] = len(reps)
+            reps.append((int(starts[i]), int(ends[i])))
+    return label_of, reps
 
 
 def _walk(trie, node_cls, subsets: _SubsetTable, starts, node, dstate, *, visits: bool = False):
@@ -401,6 +482,12 @@ def _is_cut(mask: int) -> bool:
     return mask & (mask - 1) == 0 and mask < (1 << 128)
 
 
+# Acyclic pieces of at least this many states become templates (chains).  Llama-3, strict, one
+# process each: GitHub-medium o1053 (strings of maxLength 255) lift 56 -> 8.8 s, o1050 20 -> 9.6 s
+# (0.5 s for o1053 once o1050's chain shape is cached).
+_MIN_CHAIN = 16
+
+
 @dataclass(frozen=True)
 class _Component:
     """One copy of a template: ``states[r]`` is the real state of relative state r;
@@ -414,8 +501,9 @@ class _Component:
 
 def _components(nfa: ByteNFA) -> list[_Component]:
     """Strongly connected components of the byte NFA without its cut edges, each with at least
-    one internal edge, in a canonical relative numbering (breadth-first from the entry states,
-    out-edges by (mask, destination)); two copies with equal ``sig`` are isomorphic."""
+    one internal edge, and large acyclic pieces (see ``_MIN_CHAIN``), in a canonical relative
+    numbering (breadth-first from the entry states, out-edges by (mask, destination)); two
+    copies with equal ``sig`` are isomorphic."""
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -429,19 +517,30 @@ def _components(nfa: ByteNFA) -> list[_Component]:
     _, lab = connected_components(g, directed=True, connection="strong")
     inner = keep & (lab[src] == lab[dst])
     loops: set[int] = set(np.unique(lab[src[inner]]).tolist())
-    if not loops:
-        return []
-    comp = lab.tolist()
-    # Absorb satellites: states entered only from a loop's region and leaving only into it
-    # (escape sequences inside a JSON string: `\\`, `\\u` and four hex digits).  They are
-    # part of every copy's walk anyway; as members they stop costing a walk each.
+    region = [c if c in loops else -1 for c in lab.tolist()]
+    # Chains: the other states joined by cut-free edges, when there are many of them (a string
+    # of at most 255 characters is 255 positions in a row).  Each position's walk covers the
+    # whole vocabulary; as one template they are walked over the chain's own coarse class trie,
+    # once per shape.
+    free = np.array([c < 0 for c in region], dtype=bool)
+    ce = keep & free[src] & free[dst]
+    if ce.any():
+        gc = csr_matrix((np.ones(int(ce.sum()), dtype=np.int8), (src[ce], dst[ce])), shape=(S, S))
+        _, wl = connected_components(gc, directed=True, connection="weak")
+        size = np.bincount(wl[free], minlength=int(wl.max()) + 1)
+        base = int(lab.max()) + 1
+        for q in np.nonzero(free & (size[wl] >= _MIN_CHAIN))[0].tolist():
+            region[q] = base + int(wl[q])
+            loops.add(region[q])
+    # Absorb satellites: states entered only from a loop's (chain's) region and leaving only
+    # into it (escape sequences inside a JSON string: `\\`, `\\u` and four hex digits).  They
+    # are part of every copy's walk anyway; as members they stop costing a walk each.
     preds: list[list[int]] = [[] for _ in range(S)]
     for s, _, d in nfa.edges:
         preds[d].append(s)
     allsucc: list[list[int]] = [[] for _ in range(S)]
     for s, _, d in nfa.edges:
         allsucc[s].append(d)
-    region = [c if c in loops else -1 for c in comp]
     core: dict[int, list[int]] = {}
     for q, c in enumerate(region):
         if c >= 0:
@@ -466,6 +565,8 @@ def _components(nfa: ByteNFA) -> list[_Component]:
                     region[q] = -1
                     changed = True
     comp = [c if c >= 0 else -1 - q for q, c in enumerate(region)]
+    if not loops:
+        return []
     members: dict[int, list[int]] = {}
     for q in range(S):
         if comp[q] in loops:
@@ -549,14 +650,15 @@ def _template(comp: _Component, vocab: TokenVocabulary) -> _Template:
     # token sets per (r, destination): a start reaches each node once, so (r, m, node) is unique
     tp = ct.term_ptr
     term = tp[node + 1] > tp[node]
-    key = r[term] * (n + K) + m[term]
-    tnode = node[term]
-    ukey, inv = np.unique(key, return_inverse=True)
-    inv = inv.reshape(-1)
-    gsize = tp[tnode + 1] - tp[tnode]
-    toks = ct.term_tokens[_ranges(tp[tnode], gsize)]
-    packed = pack_rows(np.repeat(inv, gsize), toks, int(ukey.size), vocab.size)
-    rows, e_row = dedup_rows(packed, range(ukey.size))
+    N = ct.num_nodes
+    # one entry per (r, destination, group node), sorted; distinct group sets packed once (a
+    # chain of 255 string positions has ~50k (r, destination) pairs but a few hundred sets)
+    k3 = np.sort((r[term] * (n + K) + m[term]) * N + node[term])
+    key, tnode = k3 // N, k3 % N
+    first = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if key.size else key
+    ukey = key[first]
+    e_row, reps = dedup_sets(tnode, first, np.append(first[1:], key.size))
+    rows = _pack_sets(tnode, reps, tp, ct.term_tokens, vocab.size)
     # continuations: class nodes reached with an exit in the subset -> their byte-trie nodes
     c = m >= n
     c_r, c_k, c_node = r[c], m[c] - n, node[c]
@@ -742,27 +844,38 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
         c_state.append(single[comp.targets[tm.c_k]])
     # entries: tokens by first byte from the component's entry walk
     if entries:
-        e_src: list[int] = []
-        e_dst: list[int] = []
+        e_src: list[np.ndarray] = []
+        e_dst: list[np.ndarray] = []
         e_cnt: list[int] = []
-        e_row: list[int] = []
+        e_row: list[np.ndarray] = []
         row_of_req: dict[tuple, int] = {}
         e_tok: list[np.ndarray] = []
         e_full: list[np.ndarray] = []  # full row to complement, or None
+        # group the entering edges by (template, entry state, mask): one token-set lookup per
+        # group, then every member copy's edges and continuations at once (Kubernetes kb_1004:
+        # 80k entering edges in 31 groups; a Python loop per edge took 8 s)
+        groups: dict[tuple, list[tuple[int, int]]] = {}
         for q, m, d in entries:
             ci, rel = where[d]
-            comp = comps[ci]
-            key = ("entry", comp.sig, rel)
+            groups.setdefault((comps[ci].sig, rel, m), []).append((q, ci))
+        for (sig, rel, m), members in groups.items():
+            key = ("entry", sig, rel)
             ent = cache.get(key)
             if ent is None:
-                ent = _entry(comp, rel, vocab)
+                ent = _entry(comps[members[0][1]], rel, vocab)
                 built += 1
                 _remember(cache, key, ent)
-            dmap = np.concatenate([comp.states, comp.targets])
+            qs = np.array([q for q, _ in members], dtype=np.int64)
+            # [members, n + K]: each copy's relative state / exit -> real state
+            dmaps = np.stack([np.concatenate([comps[ci].states, comps[ci].targets])
+                              for _, ci in members])
+            n_rel = comps[members[0][1]].states.size
             inb = _mask_bytes(m)
             # more than half the bytes: complement the few first bytes m does not read
             comp_side = inb.size > 128
             bs = _mask_bytes(~m & _ALL_BYTES) if comp_side else inb
+            js: list[int] = []
+            jrow: list[int] = []
             for j in range(ent.dest.size):
                 rk = (key, j, m)  # the same token set for every state entering alike
                 row = row_of_req.get(rk)
@@ -777,16 +890,20 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
                         e_tok.append(toks)
                         e_full.append(ent.full[j] if comp_side else None)
                 if row >= 0:
-                    e_src.append(q)
-                    e_dst.append(int(dmap[ent.dest[j]]))
-                    e_row.append(row)
+                    js.append(j)
+                    jrow.append(row)
+            if js:
+                jd = ent.dest[np.array(js, dtype=np.int64)]
+                e_src.append(np.repeat(qs, len(js)))
+                e_dst.append(dmaps[:, jd].reshape(-1))
+                e_row.append(np.tile(np.array(jrow, dtype=np.int64), qs.size))
             lo = ent.c_ptr[inb]
             cnt = ent.c_ptr[inb + 1] - lo
             sel = _ranges(lo, cnt)
             if sel.size:
-                c_start.append(np.full(sel.size, q, dtype=np.int64))
-                c_byte.append(ent.c_b[sel])
-                c_state.append(single[dmap[comp.states.size + ent.c_k[sel]]])
+                c_start.append(np.repeat(qs, sel.size))
+                c_byte.append(np.tile(ent.c_b[sel], qs.size))
+                c_state.append(single[dmaps[:, n_rel + ent.c_k[sel]].reshape(-1)])
         if e_src:
             L_e = len(e_cnt)
             cnts = np.array(e_cnt, dtype=np.int64)
@@ -796,9 +913,9 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
                 if f is not None:
                     packed[i] = f & ~packed[i]
             rows.append(packed)
-            r_src.append(np.array(e_src, dtype=np.int64))
-            r_dst.append(np.array(e_dst, dtype=np.int64))
-            r_id.append(n_rows + np.array(e_row, dtype=np.int64))
+            r_src.append(np.concatenate(e_src))
+            r_dst.append(np.concatenate(e_dst))
+            r_id.append(n_rows + np.concatenate(e_row))
             n_rows += L_e
     wf = np.array(walk_from, dtype=np.int64)
     start_of = np.arange(S + n_shadow, dtype=np.int64)
@@ -829,7 +946,7 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
             cs, cb, cd = cs[ok], cb[ok], cd[ok]
         if cs.size:
             nn, ns = trie.num_nodes, len(subsets.members)
-            k = np.unique((cs * nn + cb) * ns + cd)
+            k = sorted_unique((cs * nn + cb) * ns + cd)
             cs, cb, cd = k // ns // nn, k // ns % nn, k % ns
         starts.append(cs)
         nodes.append(cb)
@@ -840,18 +957,33 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     final = np.zeros(S, dtype=bool)
     final[list(nfa.finals)] = True
     G = trie.term_ptr.shape[0] - 1
-    idx, p_dst = _expand_members(subsets, r_state)
-    p_src = start_of[r_start[idx]]
-    p_grp = r_node[idx]
-    # One int64 key per (src, dst, group) and a plain sort (np.lexsort on three keys is ~15x
-    # slower: 22 ms vs 1.4 ms for 130k entries); unique: continuations may repeat an entry.
-    if S * S * max(G, 1) >= 2**62:
-        raise OverflowError(f"automaton too large to lift: {S} byte states x {G} token groups")
-    key = np.unique((p_src * S + p_dst) * G + p_grp)
-    pair = key // G
     empty = np.zeros(0, dtype=np.int64)
+    sizes = np.fromiter((len(m) for m in subsets.members), dtype=np.int64,
+                        count=len(subsets.members))
+    if int(sizes[r_state].sum()) > _EXPAND_LIMIT:
+        # Too many (src, dst, group) triples to list: one packed row per distinct group set of a
+        # (start, subset) pair instead, contributed to each member (see _rows_by_subset).
+        src_, dst_, rid, packed = _rows_by_subset(r_start, r_node, r_state, start_of, subsets,
+                                                  trie, vocab.size)
+        r_src.append(src_)
+        r_dst.append(dst_)
+        r_id.append(n_rows + rid)
+        rows.append(packed)
+        n_rows += packed.shape[0]
+        pair_src = pair_dst = pair_grp = empty
+    else:
+        idx, p_dst = _expand_members(subsets, r_state)
+        p_src = start_of[r_start[idx]]
+        p_grp = r_node[idx]
+        # One int64 key per (src, dst, group) and a plain sort (np.lexsort on three keys is ~15x
+        # slower: 22 ms vs 1.4 ms for 130k entries); unique: continuations may repeat an entry.
+        if S * S * max(G, 1) >= 2**62:
+            raise OverflowError(f"automaton too large to lift: {S} byte states x {G} token groups")
+        key = sorted_unique((p_src * S + p_dst) * G + p_grp)
+        pair = key // G
+        pair_src, pair_dst, pair_grp = pair // S, pair % S, key % G
     return LiftedEdges(
-        S, final, pair // S, pair % S, key % G, trie.term_ptr, trie.term_tokens,
+        S, final, pair_src, pair_dst, pair_grp, trie.term_ptr, trie.term_tokens,
         subsets.expanded, steps,
         np.concatenate(r_src) if r_src else empty,
         np.concatenate(r_dst) if r_dst else empty,
@@ -859,3 +991,53 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
         np.concatenate(rows) if rows else np.zeros((0, W), dtype=np.uint32),
         len(comps), built,
     )
+
+
+# Above this many (src, dst, token group) triples the plain walk's result is packed per
+# (start, subset) instead of listed per triple.  Spider SQL "over" on Llama-3: 64M walk records
+# would list 144M triples (> 9 GiB in the sort); they are 21M distinct (start, subset, group)
+# entries of 91k (start, subset) pairs.  JSON Schemas stay far below (GitHub-medium max ~3M).
+_EXPAND_LIMIT = 20_000_000
+# rows packed per chunk (a float64 bincount of chunk x W words: 64 MB at V = 128k)
+_PACK_CHUNK = 2048
+
+
+def _pack_sets(node: np.ndarray, reps, term_ptr, term_tokens, V: int) -> np.ndarray:
+    """uint32 [len(reps), ceil(V/32)]: row i holds the tokens ending at the trie nodes
+    ``node[a:b]``, ``reps[i] = (a, b)``; packed in chunks of ``_PACK_CHUNK`` rows."""
+    packed = np.empty((len(reps), (V + 31) // 32), dtype=np.uint32)
+    for c0 in range(0, len(reps), _PACK_CHUNK):
+        chunk = reps[c0:c0 + _PACK_CHUNK]
+        a = np.array([r[0] for r in chunk], dtype=np.int64)
+        cnt = np.array([r[1] - r[0] for r in chunk], dtype=np.int64)
+        g = node[_ranges(a, cnt)]
+        gsize = term_ptr[g + 1] - term_ptr[g]
+        toks = term_tokens[_ranges(term_ptr[g], gsize)]
+        local = np.repeat(np.repeat(np.arange(len(chunk), dtype=np.int64), cnt), gsize)
+        packed[c0:c0 + len(chunk)] = pack_rows(local, toks, len(chunk), V)
+    return packed
+
+
+def _rows_by_subset(r_start, r_node, r_state, start_of, subsets: _SubsetTable, trie, V: int):
+    """The walk's records (start, group node, subset) as shared rows.
+
+    The token set read from ``start`` into subset X is the union of the groups recorded with X;
+    every member of X gets that set.  Returns int64 arrays ``src``, ``dst``, ``row`` (one entry
+    per (start, subset, member)) and the distinct sets packed, uint32 [D, ceil(V/32)].  An edge
+    (src, dst) may get several rows (one per subset containing dst); the automaton ORs them.
+    """
+    ns = len(subsets.members)
+    N = trie.term_ptr.shape[0] - 1
+    if ns * max(N, 1) * (int(start_of.size) + 1) >= 2**62:
+        raise OverflowError(f"automaton too large to lift: {ns} subsets x {N} token groups")
+    key = sorted_unique((r_start * ns + r_state) * N + r_node)
+    ss = key // N
+    node = key % N
+    del key
+    first = np.flatnonzero(np.concatenate([[True], ss[1:] != ss[:-1]])) if ss.size else ss
+    ends = np.append(first[1:], ss.size)
+    set_of, reps = dedup_sets(node, first, ends)
+    packed = _pack_sets(node, reps, trie.term_ptr, trie.term_tokens, V)
+    pair = ss[first]
+    idx, dst = _expand_members(subsets, pair % ns)
+    return start_of[pair[idx] // ns], dst, set_of[idx], packed

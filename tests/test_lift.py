@@ -25,14 +25,19 @@ TINY = ["a", "b", "c", "ab", "bc", "abc", "ca", "a", b"\xc3", None, None, b"\xa9
         "x", "xa", "\"", "a\"", "\"b"]
 
 
-def _build(nfa: N.ByteNFA, vocab: TokenVocabulary, components: bool):
-    old = L._USE_COMPONENTS
+def _build(nfa: N.ByteNFA, vocab: TokenVocabulary, components: bool, expand_limit=None,
+           min_chain=None):
+    old = L._USE_COMPONENTS, L._EXPAND_LIMIT, L._MIN_CHAIN
     L._USE_COMPONENTS = components
+    if expand_limit is not None:
+        L._EXPAND_LIMIT = expand_limit
+    if min_chain is not None:
+        L._MIN_CHAIN = min_chain
     try:
         lifted = L.lift(nfa, vocab)
         return TokenAutomaton._from_lifted(lifted, vocab, {}), lifted
     finally:
-        L._USE_COMPONENTS = old
+        L._USE_COMPONENTS, L._EXPAND_LIMIT, L._MIN_CHAIN = old
 
 
 def _assert_same(A: TokenAutomaton, B: TokenAutomaton) -> None:
@@ -46,14 +51,17 @@ def _assert_same(A: TokenAutomaton, B: TokenAutomaton) -> None:
     assert len({r.tobytes() for r in A.labels.numpy()}) == A.num_labels
 
 
-def _compare(nfa: N.ByteNFA, vocab: TokenVocabulary):
+def _compare(nfa: N.ByteNFA, vocab: TokenVocabulary, expand_limit=None, min_chain=None):
+    """The automaton through components (with ``min_chain=2``, every acyclic piece of two or more
+    states a chain template; with ``expand_limit=0``, the walk's result packed per (start,
+    subset) instead of listed per (src, dst, group)) equals the direct walk's."""
     try:
         ref, _ = _build(nfa, vocab, False)
     except EmptyLanguageError:
         with pytest.raises(EmptyLanguageError):
-            _build(nfa, vocab, True)
+            _build(nfa, vocab, True, expand_limit, min_chain)
         return None
-    got, lifted = _build(nfa, vocab, True)
+    got, lifted = _build(nfa, vocab, True, expand_limit, min_chain)
     _assert_same(got, ref)
     return lifted
 
@@ -65,6 +73,39 @@ def test_random_nfas_match_the_direct_walk(case):
     nfa, _ = case
     # wrap in quotes so that single-byte edges cut loops into components, as in JSON
     _compare(N.concat(N.literal('"'), nfa, N.literal('"'), N.star(nfa)), vocab)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nfas)
+def test_chains_match_the_direct_walk(case):
+    vocab = TokenVocabulary.from_token_bytes(TINY, eos_token_ids=[9], name="tiny-lift")
+    nfa, _ = case
+    _compare(N.concat(N.literal('"'), nfa, N.literal('"'), nfa), vocab, min_chain=2)
+    _compare(N.concat(N.repeat(nfa, 0, 3), N.literal('"')), vocab, min_chain=2)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nfas)
+def test_rows_by_subset_match_the_direct_walk(case):
+    vocab = TokenVocabulary.from_token_bytes(TINY, eos_token_ids=[9], name="tiny-lift")
+    nfa, _ = case
+    _compare(N.concat(N.literal('"'), nfa, N.literal('"'), N.star(nfa)), vocab, expand_limit=0)
+    _compare(nfa, vocab, expand_limit=0)
+
+
+def test_rows_by_subset_on_a_grammar_over_llama3(llama3_vocab):
+    from tractable.fsa.grammar import grammar_to_nfa
+
+    g = """
+    start: stmt (";" stmt)*
+    stmt: "SELECT " cols " FROM " NAME ("WHERE " cond)?
+    cols: "*" | NAME ("," NAME)*
+    cond: NAME "=" (NAME | NUMBER) | "(" cond ")" | cond " AND " cond
+    NAME: /[a-z_][a-z0-9_]*/
+    NUMBER: /[0-9]+/
+    """
+    nfa = grammar_to_nfa(g, approximation="over")
+    _compare(nfa, llama3_vocab, expand_limit=0)
 
 
 SCHEMAS = [
@@ -81,6 +122,11 @@ SCHEMAS = [
      "additionalProperties": False, "maxProperties": 3},
     {"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": ["x", "y\"z"]}},
                                       "s": {"type": "string", "maxLength": 3}}},
+    # chains: bounded strings (positions in a row, escapes absorbed), two copies of one shape
+    {"type": "object", "properties": {"a": {"type": "string", "maxLength": 40},
+                                      "b": {"type": "string", "maxLength": 40},
+                                      "c": {"type": "string", "minLength": 20, "maxLength": 24}},
+     "required": ["a", "c"], "additionalProperties": False},
 ]
 
 
@@ -91,6 +137,19 @@ def test_json_schemas_match_the_direct_walk(i, llama3_vocab):
     assert lifted is not None and lifted.components >= 1
 
 
+def test_bounded_strings_are_chain_templates(llama3_vocab):
+    nfa = N.finalize(json_schema_to_nfa(SCHEMAS[-1]))
+    before = len(L._components(nfa))
+    lifted = _compare(nfa, llama3_vocab, expand_limit=0)
+    assert lifted.components == before >= 3  # a, b (one shape) and c are chains
+    old = L._MIN_CHAIN
+    L._MIN_CHAIN = 10**9
+    try:
+        assert len(L._components(nfa)) < before
+    finally:
+        L._MIN_CHAIN = old
+
+
 def test_templates_are_reused_across_compiles(llama3_vocab):
     a = N.finalize(json_schema_to_nfa({"type": "object", "properties": {
         "p": {"type": "string"}, "q": {"type": "string"}}, "additionalProperties": False}))
@@ -99,3 +158,12 @@ def test_templates_are_reused_across_compiles(llama3_vocab):
     _compare(a, llama3_vocab)
     lifted = _compare(b, llama3_vocab)
     assert lifted.components >= 2 and lifted.templates_built == 0
+
+
+def test_component_without_tokens():
+    # a loop no token can read: the template walk records nothing (regression: empty arrays)
+    vocab = TokenVocabulary.from_token_bytes(["z", None], eos_token_ids=[1], name="tiny-none")
+    loop = N.star(N.byteset(N.mask_of(b"ab")))
+    for limit in (None, 0):
+        _compare(N.concat(N.literal("z"), loop), vocab, expand_limit=limit)
+        _compare(N.concat(N.literal("z"), loop, N.literal("z")), vocab, expand_limit=limit)
