@@ -412,14 +412,18 @@ def dedup_sets(tok: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     return label_of, reps
 
 
-def _walk(trie, node_cls, subsets: _SubsetTable, starts, node, dstate, *, visits: bool = False):
+def _walk(trie, node_cls, subsets: _SubsetTable, starts, node, dstate, *, visits: bool = False,
+          dedup: bool = False):
     """Breadth-first walk of ``trie`` below frontier entries (start, trie node, subset id).
 
     All int64 [F].  Returns ``(start, node, subset, steps)`` for every trie node reached
     strictly below a frontier node with a non-empty subset: every such node when ``visits``,
-    else only nodes where tokens end.  Mutates ``subsets`` (expands rows on demand).
+    else only nodes where tokens end.  ``dedup``: drop repeated (start, node, subset) entries at
+    each depth (continuations of one start converge).  Mutates ``subsets`` (expands rows on
+    demand).
     """
     child_ptr = trie.child_ptr
+    trie_nodes = int(child_ptr.shape[0]) - 1
     tp = trie.term_ptr
     rs: list[np.ndarray] = []
     rn: list[np.ndarray] = []
@@ -449,6 +453,15 @@ def _walk(trie, node_cls, subsets: _SubsetTable, starts, node, dstate, *, visits
         starts = np.repeat(starts, counts)[keep]
         node = child[keep]
         dstate = nd[keep]
+        if dedup and starts.size > _DEDUP_MIN:
+            # continuations of one start met at one node with one subset: walk them once
+            ns = len(subsets.members)
+            if (int(starts.max()) + 1) * trie_nodes * ns < 2**62:
+                k = sorted_unique((starts * trie_nodes + node) * ns + dstate)
+                if k.size < starts.size:
+                    dstate = k % ns
+                    k //= ns
+                    starts, node = k // trie_nodes, k % trie_nodes
         if visits:
             rs.append(starts)
             rn.append(node)
@@ -951,37 +964,60 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
         starts.append(cs)
         nodes.append(cb)
         states.append(cd)
-    r_start, r_node, r_state, steps = _walk(
-        trie, node_cls, subsets, np.concatenate(starts), np.concatenate(nodes),
-        np.concatenate(states))
+    f_s, f_n, f_d = np.concatenate(starts), np.concatenate(nodes), np.concatenate(states)
+    # Walk the frontier in chunks of starts so that each chunk's records stay within memory:
+    # records are bounded by the trie nodes below each entry (for a plain start, below the first
+    # bytes it reads).  SQL "over" grammar of llguidance's lark.lark: 172M records in one walk.
+    chunk_of = np.zeros(f_s.size, dtype=np.int64)
+    if f_s.size > _DEDUP_MIN:
+        below = _subtree_sizes(trie) - 1
+        est_e = below[f_n].astype(np.float64)
+        root = f_n == 0
+        per_first = (first * _root_subtree_sizes(vocab)[None, :]).sum(axis=1)
+        est_root = np.zeros(S + n_shadow, dtype=np.float64)
+        est_root[wf] = per_first
+        est_e[root] = est_root[f_s[root]]
+        per_start = np.bincount(f_s, weights=est_e, minlength=S + n_shadow)
+        chunk_of_start = (np.cumsum(per_start) - per_start) // _WALK_RECORDS
+        chunk_of = chunk_of_start[f_s].astype(np.int64)
     final = np.zeros(S, dtype=bool)
     final[list(nfa.finals)] = True
     G = trie.term_ptr.shape[0] - 1
     empty = np.zeros(0, dtype=np.int64)
-    sizes = np.fromiter((len(m) for m in subsets.members), dtype=np.int64,
-                        count=len(subsets.members))
-    if int(sizes[r_state].sum()) > _EXPAND_LIMIT:
-        # Too many (src, dst, group) triples to list: one packed row per distinct group set of a
-        # (start, subset) pair instead, contributed to each member (see _rows_by_subset).
-        src_, dst_, rid, packed = _rows_by_subset(r_start, r_node, r_state, start_of, subsets,
-                                                  trie, vocab.size)
-        r_src.append(src_)
-        r_dst.append(dst_)
-        r_id.append(n_rows + rid)
-        rows.append(packed)
-        n_rows += packed.shape[0]
-        pair_src = pair_dst = pair_grp = empty
-    else:
-        idx, p_dst = _expand_members(subsets, r_state)
-        p_src = start_of[r_start[idx]]
-        p_grp = r_node[idx]
-        # One int64 key per (src, dst, group) and a plain sort (np.lexsort on three keys is ~15x
-        # slower: 22 ms vs 1.4 ms for 130k entries); unique: continuations may repeat an entry.
-        if S * S * max(G, 1) >= 2**62:
-            raise OverflowError(f"automaton too large to lift: {S} byte states x {G} token groups")
-        key = sorted_unique((p_src * S + p_dst) * G + p_grp)
-        pair = key // G
-        pair_src, pair_dst, pair_grp = pair // S, pair % S, key % G
+    if S * S * max(G, 1) >= 2**62:
+        raise OverflowError(f"automaton too large to lift: {S} byte states x {G} token groups")
+    keys: list[np.ndarray] = []
+    listed = 0
+    steps = 0
+    chunks = np.unique(chunk_of)
+    for c in chunks.tolist():
+        sel = np.nonzero(chunk_of == c)[0] if chunks.size > 1 else slice(None)
+        r_start, r_node, r_state, st = _walk(trie, node_cls, subsets, f_s[sel], f_n[sel], f_d[sel],
+                                             dedup=True)
+        steps = max(steps, st)
+        sizes = np.fromiter((len(m) for m in subsets.members), dtype=np.int64,
+                            count=len(subsets.members))
+        n_exp = int(sizes[r_state].sum())
+        if listed + n_exp > _EXPAND_LIMIT:
+            # Too many (src, dst, group) triples to list: one packed row per distinct group set
+            # of a (start, subset) pair instead, contributed to each member (_rows_by_subset).
+            src_, dst_, rid, packed = _rows_by_subset(r_start, r_node, r_state, start_of,
+                                                      subsets, trie, vocab.size)
+            r_src.append(src_)
+            r_dst.append(dst_)
+            r_id.append(n_rows + rid)
+            rows.append(packed)
+            n_rows += packed.shape[0]
+        else:
+            listed += n_exp
+            idx, p_dst = _expand_members(subsets, r_state)
+            p_src = start_of[r_start[idx]]
+            # One int64 key per (src, dst, group) and a plain sort (np.lexsort on three keys is
+            # ~15x slower: 22 ms vs 1.4 ms for 130k entries); unique: entries may repeat.
+            keys.append(sorted_unique((p_src * S + p_dst) * G + r_node[idx]))
+    key = sorted_unique(np.concatenate(keys)) if keys else empty
+    pair = key // G
+    pair_src, pair_dst, pair_grp = pair // S, pair % S, key % G
     return LiftedEdges(
         S, final, pair_src, pair_dst, pair_grp, trie.term_ptr, trie.term_tokens,
         subsets.expanded, steps,
@@ -998,6 +1034,11 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
 # would list 144M triples (> 9 GiB in the sort); they are 21M distinct (start, subset, group)
 # entries of 91k (start, subset) pairs.  JSON Schemas stay far below (GitHub-medium max ~3M).
 _EXPAND_LIMIT = 20_000_000
+# Records per walk chunk (an upper bound from subtree sizes; 3 int64 each, ~0.7 GB at 30M).
+_WALK_RECORDS = 30_000_000
+# Walk frontiers above this size are deduplicated per depth.  Spider SQL "over", Llama-3: 64M
+# records of which 21M distinct (continuations reaching one node by several paths).
+_DEDUP_MIN = 100_000
 # rows packed per chunk (a float64 bincount of chunk x W words: 64 MB at V = 128k)
 _PACK_CHUNK = 2048
 
@@ -1016,6 +1057,25 @@ def _pack_sets(node: np.ndarray, reps, term_ptr, term_tokens, V: int) -> np.ndar
         local = np.repeat(np.repeat(np.arange(len(chunk), dtype=np.int64), cnt), gsize)
         packed[c0:c0 + len(chunk)] = pack_rows(local, toks, len(chunk), V)
     return packed
+
+
+def _subtree_sizes(trie) -> np.ndarray:
+    """int64 [N]: nodes in each node's subtree (itself included) of a BFS-numbered trie."""
+    cp = trie.child_ptr
+    N = int(cp.shape[0]) - 1
+    levels = [(0, 1)]
+    while True:
+        lo, hi = levels[-1]
+        a, b = int(cp[lo]), int(cp[hi])
+        if a >= b:
+            break
+        levels.append((a, b))
+    parent = np.repeat(np.arange(N, dtype=np.int64), np.diff(cp))  # parent of node j is [j-1]
+    size = np.ones(N, dtype=np.int64)
+    for (plo, phi), (lo, hi) in zip(reversed(levels[:-1]), reversed(levels[1:])):
+        size[plo:phi] += np.bincount(parent[lo - 1:hi - 1] - plo, weights=size[lo:hi],
+                                     minlength=phi - plo).astype(np.int64)
+    return size
 
 
 def _rows_by_subset(r_start, r_node, r_state, start_of, subsets: _SubsetTable, trie, V: int):

@@ -27,17 +27,21 @@ TINY = ["a", "b", "c", "ab", "bc", "abc", "ca", "a", b"\xc3", None, None, b"\xa9
 
 def _build(nfa: N.ByteNFA, vocab: TokenVocabulary, components: bool, expand_limit=None,
            min_chain=None):
-    old = L._USE_COMPONENTS, L._EXPAND_LIMIT, L._MIN_CHAIN
+    old = L._USE_COMPONENTS, L._EXPAND_LIMIT, L._MIN_CHAIN, L._DEDUP_MIN, L._WALK_RECORDS
     L._USE_COMPONENTS = components
     if expand_limit is not None:
+        # the large-walk path: packed rows, frontiers deduplicated, walked in chunks of starts
         L._EXPAND_LIMIT = expand_limit
+        L._DEDUP_MIN = expand_limit
+        L._WALK_RECORDS = 40
     if min_chain is not None:
         L._MIN_CHAIN = min_chain
     try:
         lifted = L.lift(nfa, vocab)
         return TokenAutomaton._from_lifted(lifted, vocab, {}), lifted
     finally:
-        L._USE_COMPONENTS, L._EXPAND_LIMIT, L._MIN_CHAIN = old
+        (L._USE_COMPONENTS, L._EXPAND_LIMIT, L._MIN_CHAIN, L._DEDUP_MIN,
+         L._WALK_RECORDS) = old
 
 
 def _assert_same(A: TokenAutomaton, B: TokenAutomaton) -> None:
@@ -167,3 +171,30 @@ def test_component_without_tokens():
     for limit in (None, 0):
         _compare(N.concat(N.literal("z"), loop), vocab, expand_limit=limit)
         _compare(N.concat(N.literal("z"), loop, N.literal("z")), vocab, expand_limit=limit)
+
+
+def test_subtree_sizes(gpt2_vocab):
+    trie = gpt2_vocab.trie
+    size = L._subtree_sizes(trie)
+    assert size[0] == trie.num_nodes
+    rng = np.random.default_rng(0)
+    for n in rng.integers(0, trie.num_nodes, 50).tolist():  # brute force: count descendants
+        count, todo = 0, [n]
+        while todo:
+            x = todo.pop()
+            count += 1
+            todo.extend(range(int(trie.child_ptr[x]), int(trie.child_ptr[x + 1])))
+        assert size[n] == count
+
+
+def test_chunked_walk_with_explicit_pairs(llama3_vocab):
+    # several walk chunks, each listed explicitly (no packed rows): equal to one walk
+    nfa = N.finalize(json_schema_to_nfa(SCHEMAS[2]))
+    ref, _ = _build(nfa, llama3_vocab, True)
+    old = L._DEDUP_MIN, L._WALK_RECORDS
+    L._DEDUP_MIN, L._WALK_RECORDS = 0, 5000
+    try:
+        got, _ = _build(nfa, llama3_vocab, True)
+    finally:
+        L._DEDUP_MIN, L._WALK_RECORDS = old
+    _assert_same(got, ref)
