@@ -265,6 +265,19 @@ def scc_report(cfg: CFG) -> list[dict]:
 
 
 _M64 = (1 << 64) - 1
+#: "over": copy every sub-automaton (exact, the best superset this construction gives) while
+#: the nonterminal automata built sum to at most this many states; past it, share (see
+#: :meth:`_Approx.classify`).  Every grammar in shared/data but rfc.lark and calflow.ebnf stays
+#: below it (largest: geo_query.ebnf, 60,593); calflow.ebnf needs 162,025 (41,148 states in the
+#: result), rfc.lark more than 2,000,000.
+SHARE_BUDGET = 100_000
+#: "over" with sharing: a nonterminal whose automaton exceeds this many states is shared.
+SHARE_MIN = 2_000
+#: "over" with sharing: a lexicalized rule (a terminal) used more than once is shared when its
+#: automaton has more than this many states.
+SHARE_TERMINAL_MIN = 64
+#: prefix of the hub keys of shared terminals (no nonterminal name starts with a NUL)
+_TERM = "\x00t:"
 #: Largest number of groups for the feedback-arc local search (SQL's SCC has 32).
 _FAS_SEARCH_MAX = 80
 #: Merge bisimilar states of every "under" nonterminal automaton larger than this (smaller ones
@@ -458,6 +471,101 @@ class _Approx:
         self.memo: dict = {}
         self.limit = limit
         self.total = 0
+        #: nonterminals laid out inline at every occurrence ("over" with sharing only)
+        self.expand: set[str] = set()
+        #: terminals laid out once and called ("over" with sharing only)
+        self.shared_terms: set[str] = set()
+
+    # ----------------------------------------------------------------- "over" with sharing
+
+    def _occurrences(self, e: Expr, mult: int, acc: list) -> None:
+        """(symbol, copies) for every leaf of ``e``: how many times the layout copies it
+        (``x{lo,hi}`` lays ``x`` out ``hi`` times, ``lo + 1`` times when unbounded)."""
+        tag = e[0]
+        if tag in ("t", "n"):
+            acc.append((e, mult))
+        elif tag in ("seq", "alt"):
+            for p in e[1]:
+                self._occurrences(p, mult, acc)
+        else:
+            k = e[3] if e[3] is not None else e[2] + 1
+            self._occurrences(e[1], mult * max(k, 1), acc)
+
+    def classify(self, share_min: int) -> dict[str, str]:
+        """Decide, bottom-up over the SCCs, how each nonterminal is compiled by
+        :meth:`shared_nfa`: ``"copy"`` (a finalized automaton of at most ``share_min`` states
+        that calls nothing shared: copied at each occurrence, exact), ``"expand"`` (a
+        non-recursive rule that calls something shared and costs at most ``share_min`` states
+        to lay out: laid out inline at each occurrence) or ``"share"`` (one copy in the whole
+        automaton, entered from every occurrence and left to every return point — the
+        Mohri–Nederhof treatment, a superset).  ``$start`` is always shared."""
+        cls: dict[str, str] = {}
+        cost: dict[str, int] = {}  # states one occurrence costs (a call costs 2)
+
+        # lexicalized rules are terminals: share the big ones used more than once too
+        uses: dict[str, int] = {}
+        for e in self.pc.rules.values():
+            acc: list = []
+            self._occurrences(e, 1, acc)
+            for x, m in acc:
+                if x[0] == "t":
+                    uses[x[1]] = uses.get(x[1], 0) + m
+        self.shared_terms = {
+            "<" + a + ">" for a in self.pc.lexicalized
+            if uses.get("<" + a + ">", 0) > 1
+            and self.pc.terminals["<" + a + ">"].num_states > SHARE_TERMINAL_MIN
+        }
+
+        def leaf_cost(e: Expr, in_place: bool) -> int:
+            if e[0] == "t":
+                if in_place and e[1] in self.shared_terms:
+                    return 2
+                return self.pc.terminals[e[1]].num_states
+            return cost[e[1]]
+
+        for i, comp in enumerate(self.pc.sccs):
+            members = set(comp)
+            occ: list = []
+            for a in comp:
+                self._occurrences(self.pc.rules[a], 1, occ)
+            outside = [(e, m) for e, m in occ if e[0] == "t" or e[1] not in members]
+            dirty = any(e[0] == "n" and cls[e[1]] != "copy" for e, _m in outside)
+            est = sum(m * leaf_cost(e, dirty) for e, m in outside) + len(occ)
+            how = "share"
+            if START in members:
+                pass
+            elif not dirty and est <= share_min:
+                sizes = [self.nt(a).num_states for a in comp]
+                if max(sizes) <= share_min:
+                    how = "copy"
+                    for a, n in zip(comp, sizes):
+                        cost[a] = n
+            elif dirty and not self.pc.recursive[i] and est <= share_min:
+                how = "expand"
+                cost[comp[0]] = est
+            for a in comp:
+                cls[a] = how
+                if how == "share":
+                    cost[a] = 2
+        self.expand = {a for a, c in cls.items() if c == "expand"}
+        return cls
+
+    def shared_nfa(self, share_min: int) -> N.ByteNFA:
+        """The "over" automaton with big sub-automata shared (see :meth:`classify`): one
+        builder holds every shared nonterminal ``A`` once, between ``in(A)`` and ``out(A)``;
+        each occurrence of ``A`` anywhere is an ε-move to ``in(A)`` and one back from
+        ``out(A)``.  Size: at most about ``share_min`` states per rule occurrence."""
+        cls = self.classify(share_min)
+        mine = [a for a in self.pc.rules if cls[a] == "share"]
+        b = _Builder(self.limit)
+        ins = {a: b.new() for a in mine}
+        outs = {a: b.new() for a in mine}
+        for t in sorted(self.shared_terms):
+            ins[_TERM + t], outs[_TERM + t] = b.new(), b.new()
+            b.embed(self.pc.terminals[t], ins[_TERM + t], outs[_TERM + t])
+        self._layout(b, mine, ins, outs, set(mine), None, self.depth, set())
+        return N.finalize(N.ByteNFA(b.n, ins[START], frozenset((outs[START],)), tuple(b.edges),
+                                    tuple(b.eps)), reduce=False)
 
     def unrolled(self, i: int) -> bool:
         info = self.info[i]
@@ -514,12 +622,24 @@ class _Approx:
         info = self.info[i]
         unroll_here = self.unrolled(i)
         mine = [a for a in info.members if not unroll_here or info.group[a] == grp]
-        members = set(info.members)
         b = _Builder(self.limit)
         ins = {a: b.new() for a in mine}
         outs = {a: b.new() for a in mine}
-        caller = [""]
         plain = self.plain(i) if unroll_here else set()
+        self._layout(b, mine, ins, outs, set(info.members), info if unroll_here else None,
+                     level, plain)
+        res = (b.n, ins, outs, tuple(b.edges), tuple(b.eps))
+        self.memo[key] = res
+        return res
+
+    def _layout(self, b: _Builder, mine: list[str], ins: dict, outs: dict, members: set,
+                info: _SCCInfo | None, level: int, plain: set) -> None:
+        """Lay out the rules of ``mine`` between ``ins[a]`` and ``outs[a]`` in ``b``.  An
+        occurrence of a name in ``members`` is a call (``info is None``) or is compiled as
+        ``info.call`` says (unrolling); a name in ``self.expand`` is laid out inline; any other
+        name is a copy of its finalized automaton (:meth:`nt`)."""
+        unroll_here = info is not None
+        caller = [""]
 
         seq_memo: dict[tuple[int, tuple], int] = {}
 
@@ -527,9 +647,13 @@ class _Approx:
             """How a symbol occurrence compiles: ("embed", nfa-thunk, key), ("keep", name),
             ("inline", name) or ("drop",)."""
             if e[0] == "t":
+                if _TERM + e[1] in ins:
+                    return ("keep", _TERM + e[1])
                 return ("embed", lambda: self.pc.terminals[e[1]], ("t", e[1]))
             name = e[1]
             if name not in members:
+                if name in self.expand:
+                    return ("inline", name)
                 return ("embed", lambda: self.nt(name), ("n", name, self.depth))
             how = info.call(caller[0], name, head, tail) if unroll_here else "keep"
             if how == "keep":
@@ -633,9 +757,6 @@ class _Approx:
         for a in mine:
             caller[0] = a
             emit(self.pc.rules[a], ins[a], outs[a], True, True)
-        res = (b.n, ins, outs, tuple(b.edges), tuple(b.eps))
-        self.memo[key] = res
-        return res
 
 
 def approximate(
@@ -656,8 +777,19 @@ def approximate(
         raise ValueError("max_depth must be >= 0")
     pc = prepare(cfg)
     ap = _Approx(pc, mode, max_depth, max_states)
+    shared = False
     try:
-        nfa = N.finalize(ap.nt(START), reduce=nfa_reduce)
+        if mode == "over":
+            # exact copies of every sub-automaton while that stays small; else share
+            try:
+                ap = _Approx(pc, mode, max_depth, min(max_states, SHARE_BUDGET))
+                nfa = N.finalize(ap.nt(START), reduce=nfa_reduce)
+            except _TooBig:
+                ap = _Approx(pc, mode, max_depth, max_states)
+                nfa = N.finalize(ap.shared_nfa(SHARE_MIN), reduce=nfa_reduce)
+                shared = True
+        else:
+            nfa = N.finalize(ap.nt(START), reduce=nfa_reduce)
     except _TooBig:
         raise GrammarError(
             f"the {mode!r} approximation needs more than {max_states} byte states"
@@ -672,6 +804,8 @@ def approximate(
         "byte_states": nfa.num_states,
         "byte_edges": nfa.num_edges,
     }
+    if mode == "over":
+        info["shared"] = shared
     return nfa, info
 
 

@@ -73,7 +73,8 @@ _TOKEN_RE = re.compile(
     r"""
     (?P<nl>\r?\n)
   | (?P<ws>[ \t\f\r]+)
-  | (?P<comment>//[^\n]*)
+  | (?P<cont>\\[ ]*\r?\n)
+  | (?P<comment>//[^\n]*|\#[^\n]*)
   | (?P<string>"(?:[^"\\\n]|\\.)*"i?)
   | (?P<regexp>/(?!/)(?:\\/|\\\\|[^/\n])*?/[imslux]*)
   | (?P<arrow>->)
@@ -108,6 +109,8 @@ def _tokenize(src: str) -> list[list[_Tok]]:
         kind = m.lastgroup
         if kind == "nl":
             toks.append(_Tok("nl", "\n", line))
+            line += 1
+        elif kind == "cont":  # backslash-newline: the logical line goes on
             line += 1
         elif kind not in ("ws", "comment"):
             toks.append(_Tok(kind, m.group(), line))

@@ -32,6 +32,8 @@ COPY = {
     "gbnf_grammars/transformers-CFG/geo_query.ebnf": "geo_query.ebnf",
     "cars_grammar_tasks/fuzzing/json.lark": "cars_json.lark",
     "cars_grammar_tasks/SLIA/firstname.ebnf": "slia_firstname.ebnf",
+    # Lark's own grammar (lark-parser, MIT), as vendored in llguidance's samples
+    "gbnf_grammars/llguidance_samples/lark.lark": "lark.lark",
 }
 
 

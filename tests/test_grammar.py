@@ -518,3 +518,145 @@ def test_to_gbnf_keeps_the_language(name):
         assert c1.viable(s[: len(s) // 2]) == c2.viable(s[: len(s) // 2]), s
     xgr = pytest.importorskip("xgrammar")
     xgr.Grammar.from_ebnf(gb)  # xgrammar parses it
+
+
+# --------------------------------------------------------------------------- issue #8 follow-ups
+
+
+def test_lark_hash_comments_and_line_continuation():
+    # Lark's own COMMENT is `\s*//[^\n]*|\s*#[^\n]*`; '#' inside strings and regexes is text
+    text = (
+        "# a comment line\n"
+        'start: item+   # trailing comment\n'
+        'item: "#" WORD | HASHTAG // c++ style\n'
+        '    | "a" \\\n'
+        '      "b"\n'
+        "HASHTAG: /#[0-9]+/\n"
+        "WORD: /[a-z]+/\n"
+    )
+    g = parse_grammar(text, syntax="lark")
+    assert g.lines["HASHTAG"] == 6
+    c = Checker(g)
+    lp = lark_parser(text)
+    for s in ["#abc", "#12", "#x#7ab", "ab", "a b", "#", "# x", "##1", "a"]:
+        assert c.accepts(s) == lark_accepts(lp, s), s
+    assert c.accepts("#x#7ab") and not c.accepts("a")
+
+
+def test_lark_grammar_of_lark_compiles():
+    # the llguidance sample lark.lark (Lark's grammar of Lark) starts with '#' comments
+    text = _read("lark.lark")
+    lp = lark_parser(text)
+    over = grammar_to_nfa(text, approximation="over")
+    under = _under(text, 1)
+    c = Checker(text)
+    for s in ['start: expr\n', 'start: a b\na: "x"+ | /y/i\n', 'A: "a".."z"\n%ignore A\n',
+              '?expr: expr "+" term | term  // c\n', 'x: (a|b)* -> al\n']:
+        assert lark_accepts(lp, s) and c.accepts(s), s
+        assert N.matches(over, s.encode()), s
+    # (Lark matches %ignore terminals greedily — "z#x:" is a rule "z:" plus a comment for us,
+    # a comment "#x:" for Lark — so samples are checked against the scannerless checker)
+    rng = random.Random(5)
+    for _ in range(30):
+        s = sample_nfa(under, rng, max_len=60)
+        assert c.accepts(s), s
+        assert N.matches(over, s), s
+
+
+def _random_lark(rng: random.Random, n_rules: int) -> str:
+    """A random Lark grammar over the bytes 'a', 'b' (every rule has a terminal-only
+    alternative, so every rule is productive)."""
+    names = [f"r{i}" for i in range(n_rules)]
+
+    def sym(depth: int) -> str:
+        x = rng.random()
+        if x < 0.45:
+            return rng.choice(['"a"', '"b"', '"ab"'])
+        if x < 0.85 or depth > 0:
+            return rng.choice(names)
+        inner = " ".join(sym(depth + 1) for _ in range(rng.randint(1, 2)))
+        return f"({inner}){rng.choice('*+?')}"
+
+    lines = ["start: r0"]
+    for nm in names:
+        alts = [rng.choice(['"a"', '"b"', ""])]
+        for _ in range(rng.randint(1, 3)):
+            alts.append(" ".join(sym(0) for _ in range(rng.randint(1, 3))))
+        lines.append(f"{nm}: " + " | ".join(alts))
+    return "\n".join(lines) + "\n"
+
+
+def _all_strings(alphabet: bytes, max_len: int) -> list[bytes]:
+    import itertools
+
+    return [bytes(w) for n in range(max_len + 1) for w in itertools.product(alphabet, repeat=n)]
+
+
+@pytest.mark.parametrize("share_min", [None, 0, 16])
+def test_over_superset_and_under_subset_on_random_grammars(share_min, monkeypatch):
+    """Brute force: on random grammars, every string of length <= 6 that Lark's Earley parser
+    accepts is accepted by "over" (without sharing, sharing everything, sharing a mix),
+    and every string "under" accepts is accepted by Lark."""
+    from tractable.fsa import grammar_approx as GA
+
+    force_share = share_min is not None
+    if force_share:  # 0: share everything (Mohri–Nederhof); 16: a mix of copy / expand / share
+        monkeypatch.setattr(GA, "SHARE_BUDGET", 0)
+        monkeypatch.setattr(GA, "SHARE_MIN", share_min)
+        monkeypatch.setattr(GA, "SHARE_TERMINAL_MIN", 0)
+    rng = random.Random(8)
+    strings = _all_strings(b"ab", 6)
+    n_shared = 0
+    for _ in range(8):
+        text = _random_lark(rng, rng.randint(2, 5))
+        lp = lark_parser(text)
+        g = parse_grammar(text, syntax="lark")
+        over, info = GA.approximate(g, "over")
+        n_shared += info["shared"]
+        under = _under(g, 1)
+        for s in strings:
+            ok = lark_accepts(lp, s.decode())
+            if ok:
+                assert N.matches(over, s), (text, s)
+            if N.matches(under, s):
+                assert ok, (text, s)
+    assert n_shared == (8 if force_share else 0)
+
+
+def _deep_hierarchy(k: int) -> str:
+    """``d{j}: d{j-1} "x" d{j-1} | "y" d{j-1} "z"`` for j = 1..k — not recursive, but copying
+    each rule per use doubles the automaton per level."""
+    lines = [f"start: d{k}", 'd0: "a" | "b" | "ab"']
+    for j in range(1, k + 1):
+        lines.append(f'd{j}: d{j - 1} "x" d{j - 1} | "y" d{j - 1} "z"')
+    return "\n".join(lines) + "\n"
+
+
+def _sample_deep(rng: random.Random, j: int) -> str:
+    if j == 0:
+        return rng.choice(["a", "b", "ab"])
+    if rng.random() < 0.15:
+        return _sample_deep(rng, j - 1) + "x" + _sample_deep(rng, j - 1)
+    return "y" + _sample_deep(rng, j - 1) + "z"
+
+
+def test_over_shares_a_deep_non_recursive_hierarchy():
+    from tractable.fsa.grammar_approx import approximate
+
+    text = _deep_hierarchy(18)
+    g = parse_grammar(text, syntax="lark")
+    over, info = approximate(g, "over")
+    assert info["shared"]
+    assert over.num_states < 20_000, over.num_states
+    # exact (under) copies double per level: a clear error, not a silent approximation
+    with pytest.raises(GrammarError, match="byte states"):
+        _ = approximate(g, "under", 0, max_states=20_000)
+    lp = lark_parser(text)
+    rng = random.Random(2)
+    for _ in range(60):
+        s = _sample_deep(rng, 18)
+        assert lark_accepts(lp, s), s
+        assert N.matches(over, s.encode()), s
+        for m in mutations(s.encode(), rng, 3, b"abxyz"):
+            if lark_accepts(lp, m.decode()):
+                assert N.matches(over, m), m
