@@ -697,9 +697,12 @@ def matches(nfa: ByteNFA, data: bytes, *, partial: bool = False) -> bool:
     """Whether ``data`` is accepted (``partial=False``) or is a prefix of an accepted string
     (``partial=True``).  A reference simulation for tests; not fast."""
     f = finalize(nfa, reduce=False)
-    out: list[list[tuple[int, int]]] = [[] for _ in range(f.num_states)]
-    for s, m, d in f.edges:
-        out[s].append((m, d))
+    out = f._cache.get("out_edges")
+    if out is None:  # built once per automaton: 10^6-state automata are matched many times
+        out = [[] for _ in range(f.num_states)]
+        for s, m, d in f.edges:
+            out[s].append((m, d))
+        f._cache["out_edges"] = out
     if not f.finals:
         return False
     cur = {f.start}
