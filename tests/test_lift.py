@@ -198,3 +198,19 @@ def test_chunked_walk_with_explicit_pairs(llama3_vocab):
     finally:
         L._DEDUP_MIN, L._WALK_RECORDS = old
     _assert_same(got, ref)
+
+
+def test_unique_inverse_matches_numpy(monkeypatch):
+    """The dense presence-table unique (and its sort fallback past _DENSE_UNIQUE) equals
+    ``np.unique(..., return_inverse=True)``."""
+    import numpy as np
+    from tractable.fsa import lift as L
+
+    rng = np.random.default_rng(3)
+    for bound in (1, 7, 1000):
+        key = rng.integers(0, bound, size=500)
+        for dense in (1 << 20, 0):
+            monkeypatch.setattr(L, "_DENSE_UNIQUE", dense)
+            u, inv = L._unique_inverse(key, bound)
+            eu, einv = np.unique(key, return_inverse=True)
+            assert np.array_equal(u, eu) and np.array_equal(inv, einv)
