@@ -4,6 +4,7 @@
     .venv/bin/python bench/grammar_bench.py gold        # -> results/grammar_gold.{md,json}
     .venv/bin/python bench/grammar_bench.py sql_states  # -> results/grammar_sql_states.{md,json}
     .venv/bin/python bench/grammar_bench.py cost        # -> results/grammar_cost.{md,json}
+    .venv/bin/python bench/grammar_bench.py samples     # -> results/grammar_under_samples.{md,json}
 
 Reads ../shared/data (not available to tests).  Tokenizer: fixtures/tokenizers/llama3.
 """
@@ -186,6 +187,108 @@ def coverage(args) -> None:
     lines += ["", f"{len(rows)} grammar files; compiled: over {n_ok['over']}, under "
               f"{n_ok['under']}; rejected at parse: {sum('error' in r for r in rows)}.", ""]
     (OUT / "grammar_coverage.md").write_text("\n".join(lines))
+
+
+# --------------------------------------------------------------------------- under samples
+
+
+def under_samples(args) -> None:
+    """Strings sampled from each grammar's ``under`` byte NFA (depth 2, then 1, then 0), checked
+    by the exact Earley checker on the grammar and on ``unroll(grammar, k)``, and matched by the
+    ``over`` byte NFA (every grammatical string must be)."""
+    import random
+
+    from tractable.fsa import nfa as N
+    from tractable.fsa.errors import TractableError
+
+    from tractable.grammar import Checker, grammar_to_nfa, parse_grammar, unroll
+    from tractable.testing.grammar import sample_nfa
+
+    rows = []
+    for path in grammar_files():
+        rel = str(path.relative_to(DATA))
+        syntax = "ebnf" if path.suffix == ".ebnf" else path.suffix[1:]
+        row: dict = {"grammar": rel}
+        t = time.perf_counter()
+        try:
+            with warnings.catch_warnings(), time_limit(args.limit):
+                warnings.simplefilter("ignore")
+                g = parse_grammar(path.read_text(), syntax=syntax)
+                c = Checker(g)
+                for k in (2, 1, 0):
+                    try:
+                        under = grammar_to_nfa(g, approximation="under", max_depth=k,
+                                               max_states=args.max_states)
+                        break
+                    except TractableError as e:
+                        row["under_error"] = f"{type(e).__name__}: {e}"[:160]
+                else:
+                    raise _Skip()
+                row.pop("under_error", None)
+                row["max_depth"] = k
+                cu = Checker(unroll(g, k))
+                try:
+                    over = grammar_to_nfa(g, approximation="over", max_states=args.max_states)
+                except TractableError as e:
+                    over = None
+                    row["over_error"] = f"{type(e).__name__}: {e}"[:160]
+                rng = random.Random(0)
+                strings = [sample_nfa(under, rng, max_len=120) for _ in range(args.samples)]
+                row["samples"] = len(strings)
+                row["checker_rejected"] = [s.decode("utf-8", "replace") for s in strings
+                                           if not c.accepts(s)]
+                row["unrolled_rejected"] = [s.decode("utf-8", "replace") for s in strings
+                                            if not cu.accepts(s)]
+                if over is not None:
+                    row["over_rejected"] = [s.decode("utf-8", "replace") for s in strings
+                                            if not N.matches(over, s)]
+        except _Skip:
+            pass
+        except Timeout:
+            row["error"] = f"over {args.limit}s"
+        except (TractableError, RecursionError, MemoryError) as e:
+            row["error"] = f"{type(e).__name__}: {e}"[:160]
+        row["seconds"] = time.perf_counter() - t
+        rows.append(row)
+        print(rel, {k: v for k, v in row.items() if k != "grammar"}, flush=True)
+    (OUT / "grammar_under_samples.json").write_text(json.dumps(rows, indent=1))
+    lines = ["# Strings sampled from the `under` automata vs the exact checker", "",
+             header(f"python bench/grammar_bench.py samples --samples {args.samples}"),
+             f"Per grammar: the `under` byte NFA at the largest depth in 2, 1, 0 that fits "
+             f"{args.max_states:,} byte states; {args.samples} strings sampled from it (random "
+             "walks, at most ~120 bytes); how many the exact Earley checker rejects on the "
+             "grammar and on `unroll(grammar, k)` (the grammar the automaton implements), and how "
+             "many the `over` byte NFA rejects.  Goal: 0 everywhere.", "",
+             "| grammar | depth | samples | rejected by checker | rejected by checker on "
+             "unroll(k) | rejected by over | s |", "|---|---|---|---|---|---|---|"]
+    tot = {"samples": 0, "checker": 0, "unrolled": 0, "over": 0}
+    for r in rows:
+        if "samples" not in r:
+            why = r.get("error") or r.get("under_error", "?")
+            lines.append(f"| {r['grammar']} | not built: {why} | | | | | {r['seconds']:.1f} |")
+            continue
+        ov = (str(len(r["over_rejected"])) if "over_rejected" in r
+              else f"over not built: {r.get('over_error', '?')}")
+        lines.append(f"| {r['grammar']} | {r['max_depth']} | {r['samples']} | "
+                     f"{len(r['checker_rejected'])} | {len(r['unrolled_rejected'])} | {ov} | "
+                     f"{r['seconds']:.1f} |")
+        tot["samples"] += r["samples"]
+        tot["checker"] += len(r["checker_rejected"])
+        tot["unrolled"] += len(r["unrolled_rejected"])
+        tot["over"] += len(r.get("over_rejected", []))
+    lines += ["", f"{len(rows)} grammar files, {sum('samples' in r for r in rows)} with an "
+              f"`under` automaton; {tot['samples']} samples: {tot['checker']} rejected by the "
+              f"checker, {tot['unrolled']} by the checker on the unrolled grammar, {tot['over']} "
+              "by `over`.", ""]
+    for r in rows:
+        for key in ("checker_rejected", "unrolled_rejected", "over_rejected"):
+            for x in r.get(key, [])[:3]:
+                lines.append(f"- {r['grammar']} {key}: `{x[:200]}`")
+    (OUT / "grammar_under_samples.md").write_text("\n".join(lines) + "\n")
+
+
+class _Skip(Exception):
+    pass
 
 
 # --------------------------------------------------------------------------- gold
@@ -551,12 +654,13 @@ def cost(args) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["coverage", "gold", "sql_states", "cost", "one"])
+    ap.add_argument("what", choices=["coverage", "gold", "sql_states", "cost", "one", "samples"])
     ap.add_argument("--path", help="grammar file for `one`")
     ap.add_argument("--mem-gb", type=int, default=6)
     ap.add_argument("--limit", type=int, default=120, help="seconds per compile / DFA")
     ap.add_argument("--max-states", type=int, default=300_000)
     ap.add_argument("--n", type=int, default=200, help="gold queries for `cost`")
+    ap.add_argument("--samples", type=int, default=30, help="strings per grammar for `samples`")
     ap.add_argument("--sql-depths", type=int, nargs="+", default=[0, 1],
                     help="`gold`: under depths for the SQL grammar")
     ap.add_argument("--dfa-states", type=int, default=2_000_000, help="cap for `sql_states`")
@@ -564,7 +668,7 @@ def main() -> int:
     args = ap.parse_args()
     sys.setrecursionlimit(10000)
     {"coverage": coverage, "gold": gold, "sql_states": sql_states, "cost": cost,
-     "one": coverage_one}[args.what](args)
+     "one": coverage_one, "samples": under_samples}[args.what](args)
     return 0
 
 

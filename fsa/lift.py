@@ -215,26 +215,46 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int) -> _ClassTrie
     6.8k for JSON-string content classes and 1.3k for an email local part.
     """
     n = trie.num_nodes
-    bc = class_of_byte[trie.byte.astype(np.int64)]
+    cob = np.asarray(class_of_byte, dtype=np.int64)
     cid = np.full(n, -1, dtype=np.int64)
     cid[0] = 0
-    lp = trie.level_ptr
     parents = [np.array([-1], dtype=np.int64)]
     classes = [np.zeros(1, dtype=np.int64)]
+    alive_nodes = [np.zeros(1, dtype=np.int64)]
+    frontier = alive_nodes[0]  # live byte-trie nodes of the previous level
     nxt = 1
-    for d in range(1, trie.max_depth + 1):
+    lp = trie.level_ptr
+    d = 0
+    while frontier.size and d < trie.max_depth:
+        d += 1
         lo, hi = int(lp[d]), int(lp[d + 1])
-        pc = cid[trie.parent[lo:hi]]
-        alive = (pc >= 0) & (bc[lo:hi] != 0)
-        idx = np.nonzero(alive)[0]
-        if idx.size == 0:
+        if 4 * frontier.size >= int(lp[d] - lp[d - 1]):
+            # most of the previous level lives: scan the whole level
+            pc = cid[trie.parent[lo:hi]]
+            bc = cob[trie.byte[lo:hi]]
+            keep = (pc >= 0) & (bc != 0)
+            ch = lo + np.flatnonzero(keep)
+            pc = pc[keep]
+        else:
+            # only the children of live nodes: a partition with a small alphabet (a literal
+            # key, an enum) touches a few thousand of Llama-3's 275k byte-trie nodes
+            clo = trie.child_ptr[frontier]
+            cnt = trie.child_ptr[frontier + 1] - clo
+            ch = _ranges(clo, cnt)
+            bc = cob[trie.byte[ch]]
+            keep = bc != 0
+            ch = ch[keep]
+            pc = np.repeat(cid[frontier], cnt)[keep]
+        if ch.size == 0:
             break
         base = nxt - int(classes[-1].size)  # the previous level's class nodes: [base, nxt)
-        key = (pc[idx] - base) * num_classes + bc[lo:hi][idx]
+        key = (pc - base) * num_classes + cob[trie.byte[ch]]
         uniq, inv = _unique_inverse(key, int(classes[-1].size) * num_classes)
-        cid[lo + idx] = nxt + inv
+        cid[ch] = nxt + inv
         parents.append(uniq // num_classes + base)
         classes.append(uniq % num_classes)
+        alive_nodes.append(ch)
+        frontier = ch
         nxt += uniq.size
     parent = np.concatenate(parents)
     cls = np.concatenate(classes)
@@ -242,17 +262,28 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int) -> _ClassTrie
     child_ptr[1:] = np.cumsum(np.bincount(parent[1:], minlength=nxt))
     child_ptr += 1
     child_ptr[0] = 1
-    # tokens: byte node -> class node
-    tcount = trie.term_ptr[1:] - trie.term_ptr[:-1]
-    tnode = np.repeat(np.arange(n, dtype=np.int64), tcount)
-    tc = cid[tnode]
-    keep = tc >= 0
-    tc = tc[keep]
-    toks = trie.term_tokens[keep]
-    order = np.argsort(tc, kind="stable")
+    # tokens: live byte node -> class node (in byte-node order, as the byte trie lists them)
+    alive = np.concatenate(alive_nodes)  # ascending: levels in order, each level ascending
+    tcount = trie.term_ptr[alive + 1] - trie.term_ptr[alive]
+    toks = trie.term_tokens[_ranges(trie.term_ptr[alive], tcount)]
+    tc = np.repeat(cid[alive], tcount)
+    order = stable_argsort(tc, nxt)
     term_ptr = np.zeros(nxt + 1, dtype=np.int64)
     term_ptr[1:] = np.cumsum(np.bincount(tc, minlength=nxt))
     return _ClassTrie(child_ptr, cls, term_ptr, toks[order], cid)
+
+
+def stable_argsort(key: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` for int keys in ``[0, bound)``, by radix passes over
+    16-bit digits (numpy radix-sorts 16-bit ints; int64 gets a merge sort): 128k keys in 4 ms
+    per digit where the int64 sort takes 22 ms (measured here)."""
+    if bound <= 1 << 16:
+        return key.astype(np.uint16).argsort(kind="stable")
+    if bound > 1 << 32:
+        return np.argsort(key, kind="stable")
+    order = (key & 0xFFFF).astype(np.uint16).argsort(kind="stable")
+    high = (key[order] >> 16).astype(np.uint16)
+    return order[high.argsort(kind="stable")]
 
 
 def _unique_inverse(key: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:

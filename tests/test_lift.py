@@ -214,3 +214,42 @@ def test_unique_inverse_matches_numpy(monkeypatch):
             u, inv = L._unique_inverse(key, bound)
             eu, einv = np.unique(key, return_inverse=True)
             assert np.array_equal(u, eu) and np.array_equal(inv, einv)
+
+
+def test_stable_argsort_matches_numpy():
+    """Radix passes over 16-bit digits equal numpy's stable argsort, below and above 2^16."""
+    from tractable.fsa.lift import stable_argsort
+
+    rng = np.random.default_rng(5)
+    for bound in (3, 1 << 16, 1 << 20, 1 << 33):
+        key = rng.integers(0, bound, size=2000)
+        assert np.array_equal(stable_argsort(key, bound), np.argsort(key, kind="stable"))
+
+
+@pytest.mark.parametrize("alphabet", [b"", b"ab ", bytes(range(32, 127)), bytes(range(256))])
+def test_class_trie_against_class_strings(alphabet, gpt2_vocab):
+    """Each class-trie node is one distinct class string of a readable token prefix: the tokens
+    ending at a node are exactly those whose bytes read that class string (brute force over
+    GPT-2's 50k tokens; bytes outside ``alphabet`` are the dead class 0)."""
+    rng = np.random.default_rng(len(alphabet))
+    cob = np.zeros(256, dtype=np.int64)
+    for b in alphabet:
+        cob[b] = 1 + rng.integers(0, 3)
+    ct = L._class_trie(gpt2_vocab.trie, cob, 4)
+    # brute force: the readable tokens grouped by their class strings
+    want: dict[tuple, list[int]] = {}
+    for t in range(gpt2_vocab.size):
+        bs = gpt2_vocab.decode_bytes([t])
+        if bs and all(cob[b] for b in bs):
+            want.setdefault(tuple(int(cob[b]) for b in bs), []).append(t)
+    # walk the class trie: node -> its class string
+    got: dict[tuple, list[int]] = {}
+    strings = {0: ()}
+    for node in range(ct.num_nodes):
+        for c in range(int(ct.child_ptr[node]), int(ct.child_ptr[node + 1])):
+            strings[c] = strings[node] + (int(ct.cls[c]),)
+        toks = ct.term_tokens[ct.term_ptr[node]:ct.term_ptr[node + 1]].tolist()
+        if toks:
+            got[strings[node]] = sorted(toks)
+    assert got == {k: sorted(v) for k, v in want.items()}
+    assert len(set(strings.values())) == ct.num_nodes  # merged: one node per class string
