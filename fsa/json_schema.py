@@ -157,10 +157,15 @@ _CHECKED_FORMATS = {
 }
 
 _WS_MASK = N.mask_of(b" \t\n\r")
-#: Largest union of leaves :meth:`JsonSchemaCompiler.compile_items` finalizes on its own:
-#: bigger ones are glue around already-finalized parts (reduction removed 0.005% of 1.6M
-#: states) and are finalized once, with everything around them, by ``build``.
-MAX_FINALIZE_PART = 250_000
+#: Largest union of leaves :meth:`JsonSchemaCompiler.compile_items` finalizes when it is built:
+#: bigger ones are mostly glue around already-finalized parts (reduction removed 13 of 113,577
+#: states of a Kubernetes pod spec; finalizing six nested ~10^5-state levels took 9.5 of its
+#: 15 s), so they are finalized once, with everything around them, by ``build`` ...
+MAX_FINALIZE_PART = 20_000
+#: ... unless they are reused (a definition ``$ref``-ed again): then the copy embedded from
+#: the second use on is finalized, up to this size (Github_ultra/o13934: 170 uses of one
+#: definition).
+MAX_FINALIZE_REUSED = 250_000
 #: Keywords that constrain instances (a node with none of these accepts everything).
 _VALIDATION = (_SUPPORTED | _UNSUPPORTED
                | {"$fraction", "$not-enum", "$not-pattern", "$extra"}) - {
@@ -1134,13 +1139,12 @@ class JsonSchemaCompiler:
         key = (ptrs, self._stack_key(ptrs, stack, items))
         hit = self._nfa_cache.get(key)
         if hit is not None:
-            return hit
+            return self._reused(hit, key)
         ex = self._expand(items, stack)
         fkey = self._flat_key(ex)
         hit = self._nfa_cache.get(fkey)
         if hit is not None:  # the same conjunction reached through other $refs / pointers
-            self._nfa_cache[key] = hit
-            return hit
+            return self._reused(hit, key, fkey)
         leaves = self._leaves(items, stack, ex)
         if len(leaves) == 1 and leaves[0] is _SHARED.get(("any", self.free_depth, self._ws_key)):
             # an unconstrained value: the same automaton for every compiler
@@ -1159,6 +1163,15 @@ class JsonSchemaCompiler:
             out = N.finalize(out)
         self._nfa_cache[key] = self._nfa_cache[fkey] = out
         return out
+
+    def _reused(self, hit: ByteNFA, *keys) -> ByteNFA:
+        """A cached value automaton used again: finalized now if it was left raw (see
+        :data:`MAX_FINALIZE_REUSED`), and recorded under ``keys``."""
+        if MAX_FINALIZE_PART < hit.num_states <= MAX_FINALIZE_REUSED:
+            hit = N.finalize(hit)
+        for k in keys:
+            self._nfa_cache[k] = hit
+        return hit
 
     def _flat_key(self, ex) -> tuple:
         """A cache key for an expanded conjunction: the pointers of its flat nodes that

@@ -633,3 +633,26 @@ def test_path_sampler_survives_underflow():
     assert s._log and s.lengths == [301]
     rng = random.Random(0)
     assert s.sample(rng) == b"x" * 300 + b"a"
+
+
+@pytest.mark.parametrize("part, reused", [(0, 0), (0, 10**9), (10**9, 10**9)])
+def test_deferred_finalization_keeps_the_language(part, reused, monkeypatch):
+    """Leaving large parts raw until ``build`` (or until their second use) changes sizes of
+    intermediate automata only: the finalized result is the same automaton, and strings sampled
+    from it validate."""
+    from tractable.fsa import json_schema as JS
+
+    schema = {"type": "object", "$defs": {"p": {"type": "object", "properties": {
+        "x": {"type": "integer", "minimum": 3}, "y": {"enum": ["a", "bc"]},
+        "z": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2}},
+        "required": ["x"], "additionalProperties": False}},
+        "properties": {"a": {"$ref": "#/$defs/p"}, "b": {"$ref": "#/$defs/p"},
+                       "c": {"items": {"$ref": "#/$defs/p"}, "type": "array", "maxItems": 2}},
+        "additionalProperties": False}
+    want = _nfa(schema)
+    monkeypatch.setattr(JS, "MAX_FINALIZE_PART", part)
+    monkeypatch.setattr(JS, "MAX_FINALIZE_REUSED", reused)
+    monkeypatch.setattr(JS, "_SHARED", {})
+    got = _nfa(schema)
+    assert (got.num_states, got.finals, got.edges) == (want.num_states, want.finals, want.edges)
+    _samples_valid(schema, n=15, max_len=60)
