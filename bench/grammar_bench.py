@@ -204,9 +204,18 @@ def under_samples(args) -> None:
     from tractable.grammar import Checker, grammar_to_nfa, parse_grammar, unroll
     from tractable.testing.grammar import sample_nfa
 
+    depths = [int(x) for x in args.depths.split(",")]
+    old_rows: dict = {}
+    if args.only:  # re-run some grammars, keep the other rows of the last run
+        prev = OUT / "grammar_under_samples.json"
+        old_rows = {r["grammar"]: r for r in json.loads(prev.read_text())}
     rows = []
     for path in grammar_files():
         rel = str(path.relative_to(DATA))
+        if args.only and not any(x in rel for x in args.only.split(",")):
+            if rel in old_rows:
+                rows.append(old_rows[rel])
+            continue
         syntax = "ebnf" if path.suffix == ".ebnf" else path.suffix[1:]
         row: dict = {"grammar": rel}
         t = time.perf_counter()
@@ -215,7 +224,7 @@ def under_samples(args) -> None:
                 warnings.simplefilter("ignore")
                 g = parse_grammar(path.read_text(), syntax=syntax)
                 c = Checker(g)
-                for k in (2, 1, 0):
+                for k in depths:
                     try:
                         under = grammar_to_nfa(g, approximation="under", max_depth=k,
                                                max_states=args.max_states)
@@ -254,7 +263,8 @@ def under_samples(args) -> None:
     (OUT / "grammar_under_samples.json").write_text(json.dumps(rows, indent=1))
     lines = ["# Strings sampled from the `under` automata vs the exact checker", "",
              header(f"python bench/grammar_bench.py samples --samples {args.samples}"),
-             f"Per grammar: the `under` byte NFA at the largest depth in 2, 1, 0 that fits "
+             "Per grammar: the `under` byte NFA at the first depth tried (2, 1, 0; rows re-run "
+             "with `--only` may use other `--depths`: the depth column says) that fits "
              f"{args.max_states:,} byte states; {args.samples} strings sampled from it (random "
              "walks, at most ~120 bytes); how many the exact Earley checker rejects on the "
              "grammar and on `unroll(grammar, k)` (the grammar the automaton implements), and how "
@@ -661,6 +671,9 @@ def main() -> int:
     ap.add_argument("--max-states", type=int, default=300_000)
     ap.add_argument("--n", type=int, default=200, help="gold queries for `cost`")
     ap.add_argument("--samples", type=int, default=30, help="strings per grammar for `samples`")
+    ap.add_argument("--depths", default="2,1,0", help="`samples`: under depths to try, in order")
+    ap.add_argument("--only", default="", help="`samples`: re-run grammars whose path contains "
+                    "one of these (comma-separated), keeping the other rows of the last run")
     ap.add_argument("--sql-depths", type=int, nargs="+", default=[0, 1],
                     help="`gold`: under depths for the SQL grammar")
     ap.add_argument("--dfa-states", type=int, default=2_000_000, help="cap for `sql_states`")
