@@ -793,7 +793,10 @@ def approximate(
     except _TooBig:
         raise GrammarError(
             f"the {mode!r} approximation needs more than {max_states} byte states"
-            + (f" at max_depth={max_depth}; use a smaller max_depth" if mode == "under" else ""),
+            + ((f" at max_depth={max_depth}; use a smaller max_depth" if max_depth > 0 else
+                " even at max_depth=0 (no self-embedding at all: the non-recursive expansion "
+                "alone is that large); raise max_states or use approximation='over'")
+               if mode == "under" else ""),
             cfg.start,
         ) from None
     se = [s.members for s in ap.info if s.recursive and s.linear is None]
