@@ -197,6 +197,23 @@ def test_ecma_dollar_and_dot():
     assert not N.matches(d, b'"\\r"') and N.matches(d, b'"x"')
 
 
+@pytest.mark.parametrize("pattern, yes, no", [
+    ("^[\\S ]+$", ["a b", "\u00e9 x", "\U0001f600"], ["a\tb", "x\u00a0", "\ufeff", ""]),
+    ("^[^\\S\\n]+$", [" ", "\t\u3000", "\u2028"], ["\n", "a", " a"]),
+    ("^[\\D.]+$", ["ab.", "x-y", "\u0663"], ["a5", "0"]),
+    ("^[^\\D]$", ["7"], ["a", "\u0663"]),
+])
+def test_negated_escapes_inside_classes(pattern, yes, no):
+    """ECMA ``\\S`` and ``\\D`` inside a class (GitHub_medium/o1: ``[\\S]``) are written
+    as the complement's code-point ranges: ECMA white space (incl. U+00A0, U+FEFF, U+2028) and
+    ASCII digits only (U+0663 ARABIC-INDIC THREE is not ``\\d``)."""
+    a = _nfa({"type": "string", "pattern": pattern})
+    for x in yes:
+        assert N.matches(a, json.dumps(x, ensure_ascii=False).encode()), (pattern, x)
+    for x in no:
+        assert not N.matches(a, json.dumps(x, ensure_ascii=False).encode()), (pattern, x)
+
+
 def test_property_order_schema_and_any():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
               "required": ["a", "b"], "additionalProperties": False}
@@ -656,3 +673,16 @@ def test_deferred_finalization_keeps_the_language(part, reused, monkeypatch):
     got = _nfa(schema)
     assert (got.num_states, got.finals, got.edges) == (want.num_states, want.finals, want.edges)
     _samples_valid(schema, n=15, max_len=60)
+
+
+def test_ecma_space_class_and_ranges_agree():
+    """The two spellings of ECMA-262 white space (class text for ``\\s``, ranges for ``\\S``
+    inside classes) name the same code points."""
+    import re
+
+    from tractable.fsa import json_schema as JS
+
+    cls = re.compile(f"[{JS._ECMA_SPACE}]")
+    for cp in range(0x10000):
+        want = any(lo <= cp <= hi for lo, hi in JS._ECMA_SPACE_RANGES)
+        assert bool(cls.fullmatch(chr(cp))) == want, hex(cp)
