@@ -463,11 +463,12 @@ class _TooBig(Exception):
 
 
 class _Approx:
-    def __init__(self, pc: PreparedCFG, mode: str, depth: int, limit: int):
+    def __init__(self, pc: PreparedCFG, mode: str, depth: int, limit: int,
+                 info: list[_SCCInfo] | None = None):
         self.pc = pc
         self.mode = mode
         self.depth = depth
-        self.info = _analyse(pc)
+        self.info = _analyse(pc) if info is None else info
         self.memo: dict = {}
         self.limit = limit
         self.total = 0
@@ -776,19 +777,19 @@ def approximate(
     if max_depth < 0:
         raise ValueError("max_depth must be >= 0")
     pc = prepare(cfg)
-    ap = _Approx(pc, mode, max_depth, max_states)
     shared = False
     try:
         if mode == "over":
             # exact copies of every sub-automaton while that stays small; else share
+            ap = _Approx(pc, mode, max_depth, min(max_states, SHARE_BUDGET))
             try:
-                ap = _Approx(pc, mode, max_depth, min(max_states, SHARE_BUDGET))
                 nfa = N.finalize(ap.nt(START), reduce=nfa_reduce)
             except _TooBig:
-                ap = _Approx(pc, mode, max_depth, max_states)
+                ap = _Approx(pc, mode, max_depth, max_states, ap.info)
                 nfa = N.finalize(ap.shared_nfa(SHARE_MIN), reduce=nfa_reduce)
                 shared = True
         else:
+            ap = _Approx(pc, mode, max_depth, max_states)
             nfa = N.finalize(ap.nt(START), reduce=nfa_reduce)
     except _TooBig:
         raise GrammarError(

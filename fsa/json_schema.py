@@ -259,21 +259,17 @@ def _escape_subst(a: ByteNFA) -> ByteNFA:
             children, _ends = _trie(_esc(b) for b in range(256) if sp >> b & 1)
             trie = _ESC_TRIES[sp] = [[(byte, c) for byte, c in kids.items()]
                                      for kids in children]
-        base = n - 1  # trie node t > 0 is state base + t; the root is s; leaves are d
-        n += sum(1 for kids in trie[1:] if kids)
-        ids = {0: s}
+        ids = {0: s}  # the root is s, inner trie nodes get new states, leaves are d
         for t, kids in enumerate(trie):
-            if not kids:
-                continue
-            src = ids[t]
             for byte, c in kids:
-                if trie[c]:
-                    dst = ids.get(c)
-                    if dst is None:
-                        dst = ids[c] = base + 1 + len(ids) - 1
-                else:
+                if not trie[c]:
                     dst = d
-                edges.append((src, 1 << byte, dst))
+                elif c in ids:
+                    dst = ids[c]
+                else:
+                    dst = ids[c] = n
+                    n += 1
+                edges.append((ids[t], 1 << byte, dst))
     return ByteNFA(n, a.start, a.finals, tuple(edges))
 
 
@@ -642,7 +638,6 @@ def _complement_content(a: ByteNFA) -> ByteNFA | None:
     ids = {start: 0}
     todo = [start]
     edges = []
-    res: ByteNFA | None = None
     while todo:
         S = todo.pop()
         for c in range(ncls):
@@ -748,7 +743,6 @@ class JsonSchemaCompiler:
             self._unsupported("$schema", "#/$schema", f"custom meta-schema {ms!r}")
         self._cache: dict[tuple, list[_Leaf]] = {}
         self._nfa_cache: dict[tuple, ByteNFA] = {}
-        self._pattern_cache: dict[str, ByteNFA] = {}
         self._neg_cache: dict[str, tuple[Any]] = {}
         self._oneof_exact: dict[str, bool] = {}  # oneOf pointer -> compiled as B_i & not B_j
         self._reach: dict[str, frozenset[str]] = {}
@@ -1765,9 +1759,7 @@ class JsonSchemaCompiler:
                     todo.append((ni, nc))
             if b.n > MAX_STATES:
                 raise UnsupportedSchemaError("maxItems", flat[0][1], "array automaton too large")
-        open_ = N.concat(N.literal("["), self.ws) if self.ws else N.literal("[")
-        close = N.concat(self.ws, N.literal("]")) if self.ws else N.literal("]")
-        return _wrapped(b, start, open_, close)
+        return _wrapped(b, start, *self._brackets("[", "]"))
 
     # ------------------------------------------------------------------ objects
 
@@ -1864,9 +1856,7 @@ class JsonSchemaCompiler:
                 et = self._extras(flat, names, pn_nfa, stack, also)
                 if et is not None:
                     extras.append((et, T))
-        open_ = N.concat(N.literal("{"), self.ws) if self.ws else N.literal("{")
-        close = N.concat(self.ws, N.literal("}")) if self.ws else N.literal("}")
-        wrap = (open_, close)
+        wrap = self._brackets("{", "}")
         if self.property_order == "any":
             out = self._object_any(slots, extras, lo_p, hi_p, flat, wfull, wrap)
         else:
@@ -1941,15 +1931,11 @@ class JsonSchemaCompiler:
 
     def _complement(self, a: ByteNFA, ptr: str, keyword: str = "patternProperties"
                     ) -> ByteNFA | None:
-        """Decoded strings NOT in L(a) (a small pattern automaton), by subset construction."""
-        hit = self._pattern_cache.get(("not", id(a)))
-        if hit is not None:
-            return hit
+        """Decoded strings NOT in L(a) (a small pattern automaton), by subset construction
+        (cached on ``a``)."""
         res = _complement_content(a)
         if res is None:
             self._unsupported(keyword, ptr, "the pattern's complement needs too many states")
-            return None
-        self._pattern_cache[("not", id(a))] = res
         return res
 
     def _object_ordered(self, slots, extras, lo_p, hi_p, wfull, wrap) -> ByteNFA | None:
@@ -2082,6 +2068,13 @@ class JsonSchemaCompiler:
                 raise UnsupportedSchemaError("properties", flat[0][1],
                                              "property_order='any' automaton too large")
         return _wrapped(b, start, *wrap)
+
+    def _brackets(self, open_: str, close: str) -> tuple[ByteNFA, ByteNFA]:
+        """The opening and closing automata of an array or object (with the whitespace
+        setting's padding inside the brackets)."""
+        if not self.ws:
+            return N.literal(open_), N.literal(close)
+        return N.concat(N.literal(open_), self.ws), N.concat(self.ws, N.literal(close))
 
     def _count(self, a: ByteNFA, ptr: str = "#") -> None:
         if a.num_states > MAX_STATES:
