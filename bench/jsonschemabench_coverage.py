@@ -9,7 +9,10 @@ duplicate keys counted as failures).  llguidance's coverage is read from its exp
 file (a ``json_error`` entry = schema rejected).
 
 Usage: python bench/jsonschemabench_coverage.py [--subsets A,B] [--limit N] [--timeout 60]
-Writes bench/results/jsonschemabench_coverage.{md,json}.
+    [--jobs 2] [--resume]
+Writes bench/results/jsonschemabench_coverage.{md,json}; each finished record is also appended to
+``bench/results/jsonschemabench_coverage.partial.jsonl`` so that ``--resume`` can continue a run
+that was stopped (the file is removed when the run completes).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import multiprocessing as mp
 import platform
 import queue
+import threading
 from datetime import date
 from pathlib import Path
 
@@ -92,6 +96,9 @@ def llguidance_rejected(data: Path = DATA) -> dict[str, set[str]]:
     return out
 
 
+PARTIAL = OUT / "jsonschemabench_coverage.partial.jsonl"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--subsets", default=",".join(SUBSETS))
@@ -99,31 +106,67 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--samples", type=int, default=5)
     ap.add_argument("--data", default=str(DATA))
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--resume", action="store_true", help="keep the records in the partial file")
     args = ap.parse_args()
     data = Path(args.data)
-    runner = Runner(args.samples)
-    results = {}
     llg = llguidance_rejected(data)
-    for sub in args.subsets.split(","):
-        res = []
+    done: dict[str, dict] = {}
+    if args.resume and PARTIAL.exists():
+        for line in PARTIAL.read_text().splitlines():
+            r = json.loads(line)
+            done[r["id"]] = r
+    else:
+        PARTIAL.write_text("")
+    subsets = args.subsets.split(",")
+    todo = []
+    order: dict[str, list[str]] = {sub: [] for sub in subsets}
+    for sub in subsets:
         for i, rec in enumerate(load(sub, data)):
             if args.limit and i >= args.limit:
                 break
+            order[sub].append(rec["id"])
+            if rec["id"] not in done:
+                todo.append(rec)
+    lock = threading.Lock()
+    it = iter(todo)
+
+    def work():
+        runner = Runner(args.samples)
+        while True:
+            with lock:
+                rec = next(it, None)
+            if rec is None:
+                break
             r = runner.run(rec, args.timeout)
             r["maskbench_file"] = rec.get("maskbench_file")
-            res.append(r)
-        results[sub] = res
+            with lock:
+                done[r["id"]] = r
+                with open(PARTIAL, "a") as f:
+                    f.write(json.dumps(r, default=str) + "\n")
+                if len(done) % 200 == 0:
+                    print(f"{len(done)} records done", flush=True)
+        runner.close()
+
+    threads = [threading.Thread(target=work) for _ in range(max(1, args.jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    results = {sub: [done[i] for i in ids] for sub, ids in order.items()}
+    for sub, res in results.items():
         c = sum(r["status"] == "compiled" for r in res)
         print(f"{sub}: {c}/{len(res)} compiled", flush=True)
-    runner.close()
     summarize(results, llg, args)
+    PARTIAL.unlink()
 
 
 def summarize(results, llg, args) -> None:
     import importlib.metadata as md
 
     meta = {"command": "python bench/jsonschemabench_coverage.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "data"),
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+        if k not in ("data", "resume")),
         "machine": f"{platform.machine()} (shared 2-core VM)", "python":
         platform.python_version(), "jsonschema": md.version("jsonschema"),
         "date": date.today().isoformat()}
