@@ -142,13 +142,13 @@ class _SubsetTable:
         self.expanded += 1
 
 
-# The class trie pays once the estimated byte-trie walk of all start states exceeds about one and
-# a half walks of the whole trie: building it costs about one walk (plus ~2 ms of fixed work),
-# after which every walk is over a trie tens of times smaller.  Llama-3, one loaded run: email
-# (3 permissive states) 106 -> 64 ms, "[^"\\]{0,40}" inside a JSON object (40 such states)
-# 3958 -> 1020 ms; an ISO date-time (30 digit states, small subtrees) 1 -> 23 ms had it been used.
+# The plain walk uses a class trie once its estimated byte-trie walk (the two-level bound of
+# _plain_walk_estimate) exceeds this many walks of the whole trie.  Building a class trie over
+# Llama-3 costs ~30 ms (one pass over 275k nodes plus ~2 ms of fixed work); a byte walk costs
+# ~16 ns per estimated node (Github_medium o11670: estimate 2.1M, byte walk 34 ms, class trie
+# 30 ms + 18 ms walk; o10618: 0.73M, 15 ms vs 30 + 10 ms; measured here, 2 cores busy).
 _USE_CLASS_TRIE = True
-_CLASS_TRIE_WORK = 1.5
+_CLASS_TRIE_WORK = 3.0
 
 
 def _first_byte_of_node(vocab: TokenVocabulary) -> np.ndarray:
@@ -185,6 +185,55 @@ def _root_subtree_sizes(vocab: TokenVocabulary) -> np.ndarray:
     return out
 
 
+def _depth2_subtree_sizes(vocab: TokenVocabulary) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 [256]: 1 where a depth-1 node exists for the byte, int64 [256, 256]: byte-trie
+    nodes in the subtree of the depth-2 node (b1, b2), itself included), cached on the
+    vocabulary."""
+    out = vocab._memo.get("depth2_subtree_sizes")
+    if out is None:
+        trie = vocab.trie
+        lp = trie.level_ptr
+        one = np.zeros(256, dtype=np.int64)
+        two = np.zeros((256, 256), dtype=np.int64)
+        if trie.max_depth >= 1:
+            one[trie.byte[lp[1]:lp[2]]] = 1
+        if trie.max_depth >= 2:
+            size = _subtree_sizes(trie)
+            lo, hi = int(lp[2]), int(lp[3])
+            b1 = trie.byte[trie.parent[lo:hi]].astype(np.int64)
+            two[b1, trie.byte[lo:hi]] = size[lo:hi]
+        out = vocab._memo["depth2_subtree_sizes"] = (one, two)
+    return out
+
+
+def _plain_walk_estimate(subsets: _SubsetTable, start_sets: np.ndarray,
+                         vocab: TokenVocabulary) -> int:
+    """Byte-trie nodes a plain walk from the subsets ``start_sets`` can touch, bounded below the
+    second byte: for each start, each readable first byte b counts 1, and each second byte b2
+    readable after it counts the whole subtree of (b, b2).
+
+    A literal key (``"name"``) reads one byte per state, so its walk dies within a level or two
+    where a first-byte bound counts every token starting with ``n`` (~10k Llama-3 nodes).
+    Llama-3, 23 Github_medium schemas with warm component caches: the first-byte bound chose
+    the class trie for most; with this bound the median compile went 60 -> 41 ms (2 cores busy).
+    Mutates ``subsets`` (expands the rows of the subsets reached by one byte)."""
+    one, two = _depth2_subtree_sizes(vocab)
+    cob = subsets.class_of_byte
+    C = subsets.num_classes
+    # per class: first-byte nodes, and the depth-2 subtree sizes summed over its bytes
+    cnt1 = np.bincount(cob, weights=one, minlength=C)
+    sub_c = np.zeros((C, 256), dtype=np.float64)
+    np.add.at(sub_c, cob, two)
+    nxt = subsets.table[start_sets]  # [S', C]
+    s_idx, c_idx = np.nonzero(nxt > 0)
+    t = nxt[s_idx, c_idx]
+    for sid in np.unique(t).tolist():
+        if subsets.table[sid, 0] < 0:
+            subsets.expand(sid)
+    live2 = subsets.table[t][:, cob] != 0  # [pairs, 256]
+    return int(cnt1[c_idx].sum() + (sub_c[c_idx] * live2).sum())
+
+
 @dataclass(frozen=True)
 class _ClassTrie:
     """The vocabulary trie quotiented by the NFA's byte classes (see :func:`_class_trie`).
@@ -206,16 +255,26 @@ class _ClassTrie:
         return int(self.cls.shape[0])
 
 
-def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int) -> _ClassTrie:
+def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int, *,
+                entry_dead: int | None = None) -> _ClassTrie:
     """Merge byte-trie nodes whose paths read the same class string; drop dead branches.
 
     Tokens that read the same sequence of byte classes behave identically in every state of the
     automaton, so they share one node.  A branch entering the dead class (bytes no edge reads)
     is dropped with its subtree: no state can read it.  Llama-3: 275k byte-trie nodes become
     6.8k for JSON-string content classes and 1.3k for an email local part.
+
+    ``entry_dead`` (not None): the trie of an entry walk (:func:`_entry`), whose first byte is
+    read by the virtual entry edge alone, whatever it is.  The whole first level is then one
+    node, and below it class ``entry_dead`` (the bytes only that edge reads; -1 for none) is
+    dead as well.  A digit loop's entry trie then holds the tokens of any byte followed by
+    digits (a few hundred Llama-3 nodes) instead of every token.
     """
     n = trie.num_nodes
     cob = np.asarray(class_of_byte, dtype=np.int64)
+    first_cob = cob
+    if entry_dead is not None and entry_dead > 0:
+        cob = np.where(cob == entry_dead, 0, cob)
     cid = np.full(n, -1, dtype=np.int64)
     cid[0] = 0
     parents = [np.array([-1], dtype=np.int64)]
@@ -228,6 +287,17 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int) -> _ClassTrie
     while frontier.size and d < trie.max_depth:
         d += 1
         lo, hi = int(lp[d]), int(lp[d + 1])
+        if d == 1 and entry_dead is not None:
+            ch = lo + np.flatnonzero(first_cob[trie.byte[lo:hi]] != 0)
+            if ch.size == 0:
+                break
+            cid[ch] = nxt
+            parents.append(np.zeros(1, dtype=np.int64))
+            classes.append(first_cob[trie.byte[ch[:1]]].astype(np.int64))
+            alive_nodes.append(ch)
+            frontier = ch
+            nxt += 1
+            continue
         if 4 * frontier.size >= int(lp[d] - lp[d - 1]):
             # most of the previous level lives: scan the whole level
             pc = cid[trie.parent[lo:hi]]
@@ -305,8 +375,10 @@ def _unique_inverse(key: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray
 # Largest key range _unique_inverse scans densely (a bool table and an int64 rank: 9 MB).
 _DENSE_UNIQUE = 1 << 20
 
-# class tries kept per vocabulary (JSON content ~7k nodes, one split by key letters ~150k)
-_CLASS_TRIE_CACHE = 8
+# Class tries kept per vocabulary, by total array bytes (each holds a byte-trie-sized map:
+# ~2.5 MB over Llama-3; 58 Github_medium schemas build 140 distinct tries, and a cap of 8 tries
+# rebuilt 33 of them).
+_CLASS_TRIE_CACHE_BYTES = 192 << 20
 # Component and entry walks kept per vocabulary, by total array bytes (a JSON string's entry
 # walk over Llama-3 is ~6 MB: token lists of ~120k ids per destination).
 _TEMPLATE_CACHE_BYTES = 256 << 20
@@ -316,26 +388,26 @@ def _nbytes(x) -> int:
     return sum(v.nbytes for v in vars(x).values() if isinstance(v, np.ndarray))
 
 
-def _remember(cache: dict, key, value) -> None:
-    """Insert into a vocabulary's walk cache, evicting the oldest entries past the byte cap."""
+def _remember(cache: dict, key, value, cap: int = _TEMPLATE_CACHE_BYTES) -> None:
+    """Insert into a vocabulary's cache, evicting the oldest entries past ``cap`` bytes."""
     size = _nbytes(value)
     total = cache.get("__bytes__", 0)
-    while total + size > _TEMPLATE_CACHE_BYTES and len(cache) > 1:
+    while total + size > cap and len(cache) > 1:
         old = next(k for k in cache if k != "__bytes__")
         total -= _nbytes(cache.pop(old))
     cache[key] = value
     cache["__bytes__"] = total + size
 
 
-def _cached_class_trie(vocab: TokenVocabulary, subsets: _SubsetTable) -> _ClassTrie:
+def _cached_class_trie(vocab: TokenVocabulary, subsets: _SubsetTable,
+                       entry_dead: int | None = None) -> _ClassTrie:
     memo = vocab._memo.setdefault("class_tries", {})
-    key = (subsets.num_classes, subsets.class_of_byte.tobytes())
+    key = (subsets.num_classes, subsets.class_of_byte.tobytes(), entry_dead)
     ct = memo.get(key)
     if ct is None:
-        ct = _class_trie(vocab.trie, subsets.class_of_byte, subsets.num_classes)
-        if len(memo) >= _CLASS_TRIE_CACHE:
-            memo.pop(next(iter(memo)))
-        memo[key] = ct
+        ct = _class_trie(vocab.trie, subsets.class_of_byte, subsets.num_classes,
+                         entry_dead=entry_dead)
+        _remember(memo, key, ct, _CLASS_TRIE_CACHE_BYTES)
     return ct
 
 
@@ -775,7 +847,12 @@ def _entry(comp: _Component, rel: int, vocab: TokenVocabulary) -> _Entry:
     x = n + K
     T = ByteNFA(x + 1, x, frozenset(), comp.edges + ((x, _ALL_BYTES, rel),))
     sub = _SubsetTable(T)
-    ct = _cached_class_trie(vocab, sub)
+    inner = 0
+    for _, m, _ in comp.edges:
+        inner |= m
+    only_x = _ALL_BYTES & ~inner  # bytes no component edge reads: one class, dead past x
+    dead = int(sub.class_of_byte[(only_x & -only_x).bit_length() - 1]) if only_x else -1
+    ct = _cached_class_trie(vocab, sub, entry_dead=dead)
     sx = np.array([sub.intern((x,))], dtype=np.int64)
     _, vn, vd, _ = _walk(ct, ct.cls, sub, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
                          sx, visits=True)
@@ -997,7 +1074,9 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     # about one full walk.
     first = subsets.table[single[wf]][:, subsets.class_of_byte] != 0  # [S', 256]
     est = int((first * _root_subtree_sizes(vocab)[None, :]).sum())
-    use_class = _USE_CLASS_TRIE and est >= _CLASS_TRIE_WORK * vocab.trie.num_nodes
+    bar = _CLASS_TRIE_WORK * vocab.trie.num_nodes
+    use_class = (_USE_CLASS_TRIE and est >= bar
+                 and _plain_walk_estimate(subsets, single[wf], vocab) >= bar)
     if use_class:
         trie = _cached_class_trie(vocab, subsets)
         node_cls = trie.cls

@@ -7,6 +7,7 @@ import json
 import random
 import warnings
 from decimal import Decimal
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -274,6 +275,40 @@ def test_invalid_schema():
         json_schema_to_nfa({"minLength": -1})
     with pytest.raises(InvalidSchemaError):
         json_schema_to_nfa({"$ref": "#/$defs/missing"})
+
+
+def test_flat_meta_schema_agrees_with_check_schema():
+    """The flattened Draft 2020-12 meta-schema gives check_schema's verdict and first error on
+    every schema of the Test Suite (data/json_schema_test_suite) and on invalid ones at depth
+    (through properties, $defs, items, allOf, dependentSchemas, formats of the meta-schema)."""
+    from tractable.fsa.json_schema import _draft2020_meta_validator
+
+    suite = Path(__file__).parent / "data" / "json_schema_test_suite"
+    schemas = [g["schema"] for f in sorted(suite.glob("*.json")) if f.name != "LICENSE"
+               for g in json.loads(f.read_text())]
+    bad = [{"type": "strin"}, {"minLength": -1}, {"properties": {"a": {"maxItems": 1.5}}},
+           {"$defs": {"x": {"required": "a"}}}, {"items": {"enum": 3}}, {"allOf": []},
+           {"dependentSchemas": {"a": {"type": ["string", "string"]}}},
+           {"pattern": "(unclosed"}, {"$id": "x#frag"}, {"not": {"multipleOf": 0}},
+           {"patternProperties": {"[": {}}}, {"definitions": {"a": {"type": 1}}},
+           {"dependencies": {"a": [1]}}, {"prefixItems": [{"minContains": "2"}]},
+           {"contentSchema": {"uniqueItems": "yes"}}]
+    assert len(schemas) > 300
+    v = _draft2020_meta_validator()
+    invalid = 0
+    for sch in schemas + bad:
+        if jsonschema.validators.validator_for(sch, default=None) not in (
+                None, jsonschema.Draft202012Validator):
+            continue
+        try:
+            jsonschema.Draft202012Validator.check_schema(sch)
+            want = None
+        except jsonschema.SchemaError as e:
+            want = (e.message, list(e.path))
+        err = next(v.iter_errors(sch), None)
+        assert (None if err is None else (err.message, list(err.path))) == want, sch
+        invalid += want is not None
+    assert invalid >= len(bad)
 
 
 def test_recursion_unrolled_with_warning():
