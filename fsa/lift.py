@@ -303,8 +303,13 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int, *,
             pc = cid[trie.parent[lo:hi]]
             bc = cob[trie.byte[lo:hi]]
             keep = (pc >= 0) & (bc != 0)
-            ch = lo + np.flatnonzero(keep)
-            pc = pc[keep]
+            if keep.all():  # a JSON-string partition: every node of most levels lives
+                ch = np.arange(lo, hi)
+            else:
+                idx = np.flatnonzero(keep)
+                ch = lo + idx
+                pc = pc[idx]
+                bc = bc[idx]
         else:
             # only the children of live nodes: a partition with a small alphabet (a literal
             # key, an enum) touches a few thousand of Llama-3's 275k byte-trie nodes
@@ -314,11 +319,12 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int, *,
             bc = cob[trie.byte[ch]]
             keep = bc != 0
             ch = ch[keep]
+            bc = bc[keep]
             pc = np.repeat(cid[frontier], cnt)[keep]
         if ch.size == 0:
             break
         base = nxt - int(classes[-1].size)  # the previous level's class nodes: [base, nxt)
-        key = (pc - base) * num_classes + cob[trie.byte[ch]]
+        key = (pc - base) * num_classes + bc
         uniq, inv = _unique_inverse(key, int(classes[-1].size) * num_classes)
         cid[ch] = nxt + inv
         parents.append(uniq // num_classes + base)
@@ -817,7 +823,7 @@ def _template(comp: _Component, vocab: TokenVocabulary) -> _Template:
 
 @dataclass(frozen=True)
 class _Entry:
-    """Walks into a component through one entry state, by any first byte (see :func:`_entry`).
+    """Walks into a component through one entry state, by any first byte (see :func:`_entries`).
 
     For destination j (relative state, or ``n + k`` for exit k) ``dest[j]``: ``full[j]`` uint32
     [W] is every token reaching it; ``tok[ptr[j, b]:ptr[j, b + 1]]`` those whose first byte is b.
@@ -837,15 +843,20 @@ class _Entry:
 _ALL_BYTES = (1 << 256) - 1
 
 
-def _entry(comp: _Component, rel: int, vocab: TokenVocabulary) -> _Entry:
-    """The walk from a virtual state x with one edge reading any byte into relative state
-    ``rel`` of the component (exits as sinks): token b·w reaches q iff some path reads b then w.
-    An outside state s with an edge (m, d) into the component then reaches, through that edge,
-    exactly the tokens recorded here whose first byte is in m."""
+def _entries(comp: _Component, rels: list[int], vocab: TokenVocabulary) -> list[_Entry]:
+    """The entry walks into relative states ``rels`` of a component, one :class:`_Entry` each.
+
+    For each rel, a virtual state x with one edge reading any byte into it (exits as sinks):
+    token b·w reaches q iff some path reads b then w.  An outside state s with an edge (m, d)
+    into the component then reaches, through that edge, exactly the tokens recorded here whose
+    first byte is in m.  All rels share one class trie and one walk (one virtual state each):
+    a JSON string entered at 13 states took 13 walks of 1-3 ms."""
     n = int(comp.states.size)
     K = int(comp.targets.size)
     x = n + K
-    T = ByteNFA(x + 1, x, frozenset(), comp.edges + ((x, _ALL_BYTES, rel),))
+    R = len(rels)
+    T = ByteNFA(x + R, x, frozenset(),
+                comp.edges + tuple((x + i, _ALL_BYTES, r) for i, r in enumerate(rels)))
     sub = _SubsetTable(T)
     inner = 0
     for _, m, _ in comp.edges:
@@ -853,45 +864,52 @@ def _entry(comp: _Component, rel: int, vocab: TokenVocabulary) -> _Entry:
     only_x = _ALL_BYTES & ~inner  # bytes no component edge reads: one class, dead past x
     dead = int(sub.class_of_byte[(only_x & -only_x).bit_length() - 1]) if only_x else -1
     ct = _cached_class_trie(vocab, sub, entry_dead=dead)
-    sx = np.array([sub.intern((x,))], dtype=np.int64)
-    _, vn, vd, _ = _walk(ct, ct.cls, sub, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
-                         sx, visits=True)
-    idx, m = _expand_members(sub, vd)
-    node = vn[idx]
+    sx = np.array([sub.intern((x + i,)) for i in range(R)], dtype=np.int64)
+    vs, vn, vd, _ = _walk(ct, ct.cls, sub, np.arange(R, dtype=np.int64),
+                          np.zeros(R, dtype=np.int64), sx, visits=True)
+    idx, m_all = _expand_members(sub, vd)
+    s_all, node_all = vs[idx], vn[idx]
     tp = ct.term_ptr
-    term = tp[node + 1] > tp[node]
-    tnode, tm = node[term], m[term]
-    gsize = tp[tnode + 1] - tp[tnode]
-    toks = ct.term_tokens[_ranges(tp[tnode], gsize)]
-    tdst = np.repeat(tm, gsize)
-    dest, j = np.unique(tdst, return_inverse=True)
-    j = j.reshape(-1)
-    fb = _first_byte_of_token(vocab)[toks]
-    order = np.lexsort((fb, j))
-    J = int(dest.size)
-    ptr = np.zeros((J, 257), dtype=np.int64)
-    cnt = np.bincount(j * 256 + fb, minlength=J * 256).reshape(J, 256)
-    ptr[:, 1:] = np.cumsum(cnt, axis=1)
-    ptr += np.concatenate([[0], np.cumsum(cnt.sum(axis=1))[:-1]])[:, None]
-    full = pack_rows(j, toks, J, vocab.size)
-    # continuations: class nodes reached with an exit in the subset -> byte-trie nodes
-    c = m >= n
-    c_k, c_node = m[c] - n, node[c]
     bn = ct.byte_node
-    need = np.zeros(ct.num_nodes + 1, dtype=bool)
-    need[c_node] = True
-    bsel = np.nonzero(need[bn])[0]
-    bsel = bsel[np.argsort(bn[bsel], kind="stable")]
-    bptr = np.zeros(ct.num_nodes + 1, dtype=np.int64)
-    bptr[1:] = np.cumsum(np.bincount(bn[bsel], minlength=ct.num_nodes))
-    ccnt = bptr[c_node + 1] - bptr[c_node]
-    c_k = np.repeat(c_k, ccnt)
-    c_b = bsel[_ranges(bptr[c_node], ccnt)]
-    c_fb = _first_byte_of_node(vocab)[c_b]
-    o = np.argsort(c_fb, kind="stable")
-    c_ptr = np.zeros(257, dtype=np.int64)
-    c_ptr[1:] = np.cumsum(np.bincount(c_fb, minlength=256))
-    return _Entry(dest, full, ptr, toks[order], c_k[o], c_b[o], c_ptr)
+    first_tok = _first_byte_of_token(vocab)
+    first_node = _first_byte_of_node(vocab)
+    out = []
+    for i in range(R):
+        sel = s_all == i
+        m, node = m_all[sel], node_all[sel]
+        term = tp[node + 1] > tp[node]
+        tnode, tm = node[term], m[term]
+        gsize = tp[tnode + 1] - tp[tnode]
+        toks = ct.term_tokens[_ranges(tp[tnode], gsize)]
+        tdst = np.repeat(tm, gsize)
+        dest, j = np.unique(tdst, return_inverse=True)
+        j = j.reshape(-1)
+        fb = first_tok[toks]
+        order = np.lexsort((fb, j))
+        J = int(dest.size)
+        ptr = np.zeros((J, 257), dtype=np.int64)
+        cnt = np.bincount(j * 256 + fb, minlength=J * 256).reshape(J, 256)
+        ptr[:, 1:] = np.cumsum(cnt, axis=1)
+        ptr += np.concatenate([[0], np.cumsum(cnt.sum(axis=1))[:-1]])[:, None]
+        full = pack_rows(j, toks, J, vocab.size)
+        # continuations: class nodes reached with an exit in the subset -> byte-trie nodes
+        c = m >= n
+        c_k, c_node = m[c] - n, node[c]
+        need = np.zeros(ct.num_nodes + 1, dtype=bool)
+        need[c_node] = True
+        bsel = np.nonzero(need[bn])[0]
+        bsel = bsel[np.argsort(bn[bsel], kind="stable")]
+        bptr = np.zeros(ct.num_nodes + 1, dtype=np.int64)
+        bptr[1:] = np.cumsum(np.bincount(bn[bsel], minlength=ct.num_nodes))
+        ccnt = bptr[c_node + 1] - bptr[c_node]
+        c_k = np.repeat(c_k, ccnt)
+        c_b = bsel[_ranges(bptr[c_node], ccnt)]
+        c_fb = first_node[c_b]
+        o = np.argsort(c_fb, kind="stable")
+        c_ptr = np.zeros(257, dtype=np.int64)
+        c_ptr[1:] = np.cumsum(np.bincount(c_fb, minlength=256))
+        out.append(_Entry(dest, full, ptr, toks[order], c_k[o], c_b[o], c_ptr))
+    return out
 
 
 _MASK_BYTES: dict[int, np.ndarray] = {}
@@ -1004,13 +1022,22 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
         for q, m, d in entries:
             ci, rel = where[d]
             groups.setdefault((comps[ci].sig, rel, m), []).append((q, ci))
+        # the entry walks not cached yet, all rels of one template in one walk
+        missing: dict[tuple, list[int]] = {}
+        copy_of: dict[tuple, int] = {}
+        for (sig, rel, _), members in groups.items():
+            if ("entry", sig, rel) not in cache and rel not in missing.setdefault(sig, []):
+                missing[sig].append(rel)
+                copy_of[sig] = members[0][1]
+        fresh: dict[tuple, _Entry] = {}
+        for sig, rels in missing.items():
+            for rel, ent in zip(rels, _entries(comps[copy_of[sig]], rels, vocab)):
+                fresh[("entry", sig, rel)] = ent
+                built += 1
+                _remember(cache, ("entry", sig, rel), ent)
         for (sig, rel, m), members in groups.items():
             key = ("entry", sig, rel)
-            ent = cache.get(key)
-            if ent is None:
-                ent = _entry(comps[members[0][1]], rel, vocab)
-                built += 1
-                _remember(cache, key, ent)
+            ent = fresh.get(key) or cache[key]
             qs = np.array([q for q, _ in members], dtype=np.int64)
             # [members, n + K]: each copy's relative state / exit -> real state
             dmaps = np.stack([np.concatenate([comps[ci].states, comps[ci].targets])
