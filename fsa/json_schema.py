@@ -166,6 +166,18 @@ MAX_FINALIZE_PART = 20_000
 #: the second use on is finalized, up to this size (Github_ultra/o13934: 170 uses of one
 #: definition).
 MAX_FINALIZE_REUSED = 250_000
+#: Keywords that constrain only instances of one JSON type (part name); every other keyword of
+#: _VALIDATION but ``type`` may constrain any type.
+_ONLY_FOR = {
+    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+               "$fraction", "divisibleBy"},
+    "string": {"minLength", "maxLength", "pattern", "format", "$not-pattern"},
+    "array": {"items", "prefixItems", "additionalItems", "minItems", "maxItems", "contains",
+              "minContains", "maxContains", "uniqueItems", "unevaluatedItems"},
+    "object": {"properties", "required", "additionalProperties", "patternProperties",
+               "propertyNames", "minProperties", "maxProperties", "dependentRequired",
+               "dependentSchemas", "dependencies", "$extra", "unevaluatedProperties"},
+}
 #: Keywords that constrain instances (a node with none of these accepts everything).
 _VALIDATION = (_SUPPORTED | _UNSUPPORTED
                | {"$fraction", "$not-enum", "$not-pattern", "$extra"}) - {
@@ -563,14 +575,38 @@ def _has_byte(a: ByteNFA, byte: int) -> bool:
     return any(m & bit for _, m, _ in a.edges)
 
 
+def _may_hold_object(a: ByteNFA) -> bool:
+    """Whether a value automaton may accept a value with an object in it, whose serialization
+    depends on a key order (conservative): a first byte ``{``, or ``[`` and a ``{`` anywhere.
+    A string value may contain ``{`` characters and still has one serialization."""
+    f = N.finalize(a)
+    first = 0
+    for s, m, _ in f.edges:
+        if s == f.start:
+            first |= m
+    return bool(first >> 0x7B & 1) or bool(first >> 0x5B & 1) and _has_byte(f, 0x7B)
+
+
 class _Leaf:
-    """One conjunction's automaton split by JSON type, plus the object discriminators."""
+    """One conjunction's automaton split by JSON type, plus the object discriminators:
+    ``required_values`` (required key -> its value automaton), ``key_values`` (the same for
+    every declared key) and ``object_keys`` (the only keys its objects can have, when no
+    undeclared key is allowed; None: not known to be closed)."""
 
-    __slots__ = ("parts", "required_values")
+    __slots__ = ("parts", "required_values", "object_keys", "key_values", "free_types")
 
-    def __init__(self, parts: dict[str, ByteNFA], required_values: dict[str, ByteNFA]):
+    def __init__(self, parts: dict[str, ByteNFA], required_values: dict[str, ByteNFA],
+                 object_keys: frozenset[str] | None = None,
+                 free_types: frozenset[str] = frozenset(),
+                 key_values: dict[str, ByteNFA] | None = None):
         self.parts = parts
         self.required_values = required_values
+        self.object_keys = object_keys
+        #: every declared key -> the values its objects can hold there (empty: never present)
+        self.key_values = key_values or {}
+        #: JSON types (part names) whose every value the conjunction accepts: no keyword of it
+        #: applies to the type (the automaton may still be a depth-limited subset)
+        self.free_types = free_types
 
 
 class _Truncated(Exception):
@@ -1294,6 +1330,11 @@ class JsonSchemaCompiler:
             per_branch.append(self._distribute(flat + f2, disj[1:] + d2, st2))
         if kind == "oneOf":
             why = self._check_disjoint(per_branch)
+            if why:
+                by_type = self._one_of_by_type(per_branch)
+                if by_type is not None:
+                    self._oneof_exact.setdefault(dptr, False)
+                    return by_type
             self._oneof_exact.setdefault(dptr, bool(why))
             if why:
                 try:
@@ -1304,6 +1345,39 @@ class JsonSchemaCompiler:
                         "oneOf", dptr, f"{why}, and {e.detail} at {e.pointer} cannot be "
                         "expressed; lenient mode compiles them as anyOf")
         return [lf for br in per_branch for lf in br]
+
+    def _one_of_by_type(self, per_branch: list[list[_Leaf]]) -> list[_Leaf] | None:
+        """``oneOf`` decided one JSON type at a time, when for each type t either the branches
+        accepting some t are pairwise disjoint on t (each keeps its values), or at least two
+        branches accept every value of type t (no value of type t is in exactly one branch: t
+        is dropped).  Exact; None when some type is neither.  A typical case: two closed
+        object branches told apart by a key, with no ``type`` keyword, so that both accept
+        every non-object."""
+        dropped: set[str] = set()
+        for t in ("null", "boolean", "number", "string", "array", "object"):
+            having = [i for i, br in enumerate(per_branch) if any(t in lf.parts for lf in br)]
+            if len(having) < 2:
+                continue
+            free = [i for i in having if any(t in lf.free_types for lf in per_branch[i])]
+            if len(free) >= 2:
+                dropped.add(t)
+                continue
+            for x in range(len(having)):
+                for y in range(x + 1, len(having)):
+                    for a in per_branch[having[x]]:
+                        for b in per_branch[having[y]]:
+                            if t in a.parts and t in b.parts and self._overlap_type(a, b, t):
+                                return None
+        out = []
+        for br in per_branch:
+            for lf in br:
+                parts = {t: a for t, a in lf.parts.items() if t not in dropped}
+                if parts:
+                    obj = "object" in parts
+                    out.append(_Leaf(parts, lf.required_values if obj else {},
+                                     lf.object_keys if obj else None,
+                                     lf.free_types - dropped, lf.key_values if obj else None))
+        return out
 
     def _check_disjoint(self, per_branch: list[list[_Leaf]]) -> str:
         for i in range(len(per_branch)):
@@ -1350,22 +1424,34 @@ class JsonSchemaCompiler:
 
     def _overlap(self, a: _Leaf, b: _Leaf) -> str:
         for t in set(a.parts) & set(b.parts):
-            x, y = a.parts[t], b.parts[t]
-            if t == "object":
-                if self._discriminated(a.required_values, b.required_values):
-                    continue
-                return "objects without a discriminating required property"
-            if t == "array" and (_has_byte(x, 0x7B) or _has_byte(y, 0x7B)):
-                return "arrays that may contain objects"
-            if not _is_empty(N.intersect(x, y)):
-                return f"both accept some {t}"
+            why = self._overlap_type(a, b, t)
+            if why:
+                return why
+        return ""
+
+    def _overlap_type(self, a: _Leaf, b: _Leaf, t: str) -> str:
+        """Why the type-t parts of two leaves may share an instance ("" when provably not)."""
+        x, y = a.parts[t], b.parts[t]
+        if t == "object":
+            if self._excluded(a, b) or self._excluded(b, a):
+                return ""
+            return "objects without a discriminating required property"
+        if t == "array" and (_has_byte(x, 0x7B) or _has_byte(y, 0x7B)):
+            return "arrays that may contain objects"
+        if not _is_empty(N.intersect(x, y)):
+            return f"both accept some {t}"
         return ""
 
     @staticmethod
-    def _discriminated(ra: dict[str, ByteNFA], rb: dict[str, ByteNFA]) -> bool:
-        for k in set(ra) & set(rb):
-            x, y = ra[k], rb[k]
-            if _has_byte(x, 0x7B) or _has_byte(y, 0x7B):
+    def _excluded(a: _Leaf, b: _Leaf) -> bool:
+        """Some key every object of ``a`` has, that no object of ``b`` has with such a value:
+        ``b`` is closed without the key, or declares it with disjoint values (compared as
+        strings only for values without objects, whose serialization is unique)."""
+        for k, x in a.required_values.items():
+            if b.object_keys is not None and k not in b.object_keys:
+                return True
+            y = b.key_values.get(k)
+            if y is None or _may_hold_object(x) or _may_hold_object(y):
                 continue
             if _is_empty(N.intersect(x, y)):
                 return True
@@ -1483,14 +1569,32 @@ class JsonSchemaCompiler:
             a = self._array(flat, stack)
             if a is not None:
                 parts["array"] = a
+        object_keys = key_values = None
         if "object" in types:
             r = self._object(flat, stack)
             if r is not None:
-                parts["object"], required_values = r
+                parts["object"], required_values, object_keys, key_values = r
         for s, _p in flat:
             if isinstance(s, _Synth) and "$not-enum" in s:
                 self._exclude_values(parts, *s["$not-enum"])
-        return _Leaf(parts, required_values)
+        return _Leaf(parts, required_values, object_keys, self._free_types(flat, types, parts),
+                     key_values)
+
+    @staticmethod
+    def _free_types(flat, types: set[str], parts: dict[str, ByteNFA]) -> frozenset[str]:
+        """The part names t whose every value the conjunction ``flat`` accepts: t is wholly in
+        ``types`` (numbers: integers and fractions) and no keyword of the conjunction can
+        reject a value of type t."""
+        used: set[str] = set()
+        for s, _p in flat:
+            used.update(k for k in s if k in _VALIDATION and k != "type")
+        out = set()
+        for t in parts:
+            whole = {"integer", "fraction"} <= types if t == "number" else t in types
+            others = set().union(*(v for k, v in _ONLY_FOR.items() if k != t))
+            if whole and used <= others:
+                out.add(t)
+        return frozenset(out)
 
     def _exclude_values(self, parts: dict[str, ByteNFA], values: list, ptr: str) -> None:
         """Remove the canonical serializations of ``values`` from ``parts`` (``not`` of an
@@ -1885,10 +1989,12 @@ class JsonSchemaCompiler:
 
         slots: list[tuple[str, list[tuple[ByteNFA, int]], bool]] = []
         required_values: dict[str, ByteNFA] = {}
+        key_values: dict[str, ByteNFA] = {}
         for k in names:
             ok = pn_nfa is None or N.matches(pn_nfa, _json_str(k).encode())
             its = self._key_items(flat, k)
             v = self.compile_items(its, stack) if ok else N.nothing()
+            key_values[k] = v
             if _is_empty(v):
                 if k in required:
                     return None
@@ -1917,7 +2023,9 @@ class JsonSchemaCompiler:
         if out is None:
             return None
         self._count(out, flat[0][1] if flat else "#")
-        return out, required_values
+        # closed (no undeclared key can appear): the keys it can have at all
+        keys = frozenset(k for k, _, _ in slots) if extra is None else None
+        return out, required_values, keys, key_values
 
     def _extras(self, flat, names, pn_nfa, stack, also=()) -> ByteNFA | None:
         """key:value automaton for one additional (undeclared) property, or None.

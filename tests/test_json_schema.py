@@ -515,6 +515,33 @@ ONEOF_CASES = [
      [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 1}, {"a": 1, "c": 1}, {"c": 1, "d": 1}, 5]),
     ({"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "maxLength": 2}]},
      ["a", "ab", "abc", "b", "bcd", 1]),
+    # by type: closed objects told apart by a key one requires and the other cannot have; no
+    # `type`, so both accept every non-object, which the oneOf then rejects
+    ({"oneOf": [
+        {"properties": {"locks": {"type": "array", "items": {
+            "type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}},
+            "next": {"type": "string"}}, "additionalProperties": False, "required": ["locks"]},
+        {"properties": {"locks": {"type": "null"}, "error": {"type": "string"}},
+         "additionalProperties": False, "required": ["error"]}]},
+     [{"locks": []}, {"error": "x"}, {"locks": None, "error": "x"}, {"locks": [], "error": "x"},
+      {"locks": [{"id": "a"}], "next": "n"}, {"locks": [{}]}, {}, 5, "s", None, [1], True]),
+    ({"oneOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"],
+                 "additionalProperties": False},
+                {"properties": {"b": {}}, "required": ["b"], "additionalProperties": False},
+                {"type": "string"}]},
+     [{"a": 1}, {"b": "x"}, {"a": 1, "b": 2}, {}, {"a": "x"}, "s", "", 1, None, [], [{}]]),
+    # disjoint: a required key whose values the other branch declares (not required) apart
+    ({"oneOf": [{"type": "object", "properties": {"kind": {"const": "a{"}},
+                 "required": ["kind"]},
+                {"type": "object", "properties": {"kind": {"const": "b"},
+                                                  "x": {"type": "integer"}}, "required": ["x"]}]},
+     [{"kind": "a{"}, {"x": 1}, {"kind": "a{", "x": 1}, {"kind": "b", "x": 1}, {"kind": "b"},
+      {"kind": "a{", "x": 1, "y": 2}, {}]),
+    # one branch accepts every number, the other some: numbers stay (those below 5)
+    ({"oneOf": [{"properties": {"a": {}}, "required": ["a"], "additionalProperties": False},
+                {"minimum": 5, "properties": {"b": {}}, "required": ["b"],
+                 "additionalProperties": False}]},
+     [3, 7, 4.5, {"a": 1}, {"b": 1}, {"a": 1, "b": 1}, "s", None]),
 ]
 
 
