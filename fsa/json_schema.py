@@ -39,8 +39,11 @@ Semantics of keywords
   number constraints by automaton product).  ``anyOf``/``oneOf`` are distributed over the
   conjunction (at most :data:`MAX_COMBINATIONS` leaves per schema).
 * ``oneOf`` is exact when its branches are provably disjoint: different JSON types, disjoint
-  non-object languages (empty :func:`~.nfa.intersect`), or objects with a required property whose
-  value languages are disjoint (a discriminator).  Otherwise it is compiled exactly as the union
+  non-object languages (empty :func:`~.nfa.intersect`), or objects with a required property that
+  the other branch cannot have (closed) or declares with disjoint values (a discriminator).
+  Type by type: a JSON type on which the branches are disjoint keeps their values, and a type
+  that two branches accept whole (no keyword of theirs applies to it) has no value in exactly
+  one branch and is dropped.  Otherwise it is compiled exactly as the union
   over i of (B_i and not B_j for every j != i), the negations as for ``not`` below, when they
   exist and give at most :data:`MAX_COMBINATIONS` leaves; otherwise
   :class:`UnsupportedSchemaError`, or, with ``lenient=True``, ``anyOf`` and a warning.
@@ -62,6 +65,9 @@ Semantics of keywords
   draft: a schema that uses it means it) become, for each key k, the disjoint union of
   "k absent" and "k present and the dependency holds" (``required: [k, ...]`` or the dependent
   subschema): exact, and a dependency on an undeclared key makes it a declared (ordered) key.
+* ``if``/``then``/``else`` (Draft 7 on; earlier drafts ignore the words) is the disjoint union
+  ``(if & then) | (not if & else)``, ``not if`` built as for ``not`` (refused where that has
+  no exact form).
 * Recursive ``$ref`` is unrolled ``max_recursion_depth`` times; deeper occurrences are dropped
   (the automaton accepts a *subset*: instances nested deeper are not generated), with a warning.
 * ``patternProperties`` is supported for declared keys, and for additional keys when the patterns
@@ -70,7 +76,7 @@ Semantics of keywords
 * Additional (undeclared) keys exclude all declared names.  They cannot be made pairwise distinct
   by a finite automaton: two *additional* keys may repeat (declared keys never do).
 * Not supported (:class:`UnsupportedSchemaError`; dropped with a warning under ``lenient``):
-  the ``not`` forms above that have no exact negation, ``if``/``then``/``else``,
+  the ``not`` forms above that have no exact negation (also as the negation of an ``if``),
   ``uniqueItems: true`` (unless ``maxItems <= 1``), ``contains`` with ``maxContains``,
   ``unevaluated*`` (other than ``true``), ``$dynamicRef``, non-local ``$ref``, formats the
   ``jsonschema`` package checks that have no automaton here.  Other unknown keywords are
@@ -137,7 +143,7 @@ _SUPPORTED = {
     "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "anyOf", "oneOf", "allOf", "$ref", "contains", "minContains", "not",
-    "dependentRequired", "dependentSchemas", "dependencies",
+    "dependentRequired", "dependentSchemas", "dependencies", "if", "then", "else",
 }
 _ANNOTATIONS = {
     "title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
@@ -146,7 +152,7 @@ _ANNOTATIONS = {
     "contentSchema",
 }
 _UNSUPPORTED = {
-    "if", "then", "else", "uniqueItems", "maxContains", "unevaluatedProperties", "unevaluatedItems",
+    "uniqueItems", "maxContains", "unevaluatedProperties", "unevaluatedItems",
     "$dynamicRef", "$recursiveRef", "extends", "disallow", "divisibleBy",
 }
 #: Formats the ``jsonschema`` package can check (with its optional dependencies) but that have no
@@ -955,14 +961,13 @@ class JsonSchemaCompiler:
 
     def _check_keywords(self, s: dict, p: str) -> None:
         for k, v in s.items():
+            if k in ("if", "then", "else") and self.draft < 7:
+                self.ignored.add(k)  # not a keyword before draft 7
+                continue
             if k in _SUPPORTED or k in _ANNOTATIONS:
                 continue
             if k in _UNSUPPORTED:
                 if k == "uniqueItems" and (v is False or s.get("maxItems", 2) <= 1):
-                    continue
-                if k in ("if",) and "then" not in s and "else" not in s:
-                    continue
-                if k in ("then", "else") and "if" not in s:
                     continue
                 if k == "maxContains" and "contains" not in s:
                     continue
@@ -1020,6 +1025,22 @@ class JsonSchemaCompiler:
                     return None
                 if neg is not True:
                     work.append((neg, _ptr(p, "not") + "/~neg"))
+            if "if" in s and self.draft >= 7 and ("then" in s or "else" in s):
+                # (if & then) | (not if & else): two disjoint branches, the negation built as
+                # for "not"
+                ip = _ptr(p, "if")
+                try:
+                    neg = self._negate(s["if"], ip)
+                except _NoNegation as e:
+                    self._unsupported("if", ip, f"the instances failing 'if' cannot be written "
+                                      f"({e.detail} at {e.pointer})")
+                    neg = None
+                if neg is not None:
+                    yes = _Synth(allOf=[s["if"], s.get("then", True)],
+                                 **{"$ptrs": [ip, _ptr(p, "then")]})
+                    no = _Synth(allOf=[neg, s.get("else", True)],
+                                **{"$ptrs": [ip + "/~neg", _ptr(p, "else")]})
+                    disj.append(("anyOf", [(yes, ip + "/~then"), (no, ip + "/~else")], ip))
             for kw in ("dependentRequired", "dependentSchemas", "dependencies"):
                 for k, dep in (s.get(kw) or {}).items() if isinstance(s.get(kw), dict) else ():
                     dp = _ptr(p, kw, k)
@@ -1181,6 +1202,8 @@ class JsonSchemaCompiler:
                         "type": "object",
                         "not": {"properties": {x: True for x in names}, "additionalProperties": v},
                         "$extra": (names, n, kp + "/~neg")}))
+            elif k in ("if", "then", "else") and self.draft < 7:
+                continue
             elif k in ("minContains", "maxContains", "$ref") or (
                     k == "uniqueItems" and v is False) or (
                     k in ("additionalProperties", "additionalItems") and v is True):

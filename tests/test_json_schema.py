@@ -545,12 +545,38 @@ ONEOF_CASES = [
 ]
 
 
-@pytest.mark.parametrize("schema,instances", NOT_CASES + DEP_CASES + ONEOF_CASES,
-                         ids=[json.dumps(c[0])[:60] for c in NOT_CASES + DEP_CASES + ONEOF_CASES])
+IF_CASES = [
+    ({"if": {"properties": {"kind": {"const": "n"}}, "required": ["kind"]},
+      "then": {"properties": {"v": {"type": "integer"}}},
+      "else": {"properties": {"v": {"type": "string"}}}},
+     [{"kind": "n", "v": 1}, {"kind": "n", "v": "a"}, {"kind": "s", "v": "a"}, {"v": 1},
+      {"v": "a"}, {}, 3, "x"]),
+    ({"type": "integer", "if": {"minimum": 10}, "then": {"multipleOf": 5}},
+     [5, 10, 12, 15, 3, "a"]),
+    ({"type": "string", "if": {"maxLength": 2}, "else": {"pattern": "^a"}},
+     ["", "b", "bc", "bcd", "abc", 1]),
+    ({"type": "array", "items": {"type": "integer"}, "if": {"contains": {"const": 0}},
+      "then": {"maxItems": 2}}, [[], [0], [0, 1], [0, 1, 2], [1, 2, 3], [1, "a"]]),
+]
+
+
+@pytest.mark.parametrize("schema,instances", NOT_CASES + DEP_CASES + ONEOF_CASES + IF_CASES,
+                         ids=[json.dumps(c[0])[:60]
+                              for c in NOT_CASES + DEP_CASES + ONEOF_CASES + IF_CASES])
 @pytest.mark.parametrize("order", ["schema", "any"])
 def test_not_dependencies_oneof_agree_and_sample(schema, instances, order):
     _agree(schema, instances, property_order=order)
     _samples_valid(schema, n=20, max_len=30, property_order=order)
+
+
+def test_if_without_exact_negation_is_refused_and_old_drafts_ignore_it():
+    schema = {"if": {"format": "date"}, "then": {"type": "string"}}
+    with pytest.raises(UnsupportedSchemaError) as e:
+        _nfa(schema)
+    assert e.value.keyword == "if" and e.value.pointer == "#/if"
+    assert "format" in e.value.detail
+    # before draft 7 "if" is no keyword: every instance passes
+    _agree({"$schema": D4, "type": "integer", "if": {"minimum": 3}, "then": False}, [1, 5])
 
 
 def test_not_forms_without_exact_negation_are_refused():

@@ -19,7 +19,8 @@ FAST = ["type", "enum", "const", "required", "properties", "additionalProperties
         "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties", "maxProperties",
         "allOf", "anyOf", "oneOf", "boolean_schema", "pattern", "propertyNames", "contains",
         "minContains", "default", "infinite-loop-detection", "format:date", "format:ipv4",
-        "format:uuid", "format:duration", "not", "dependentRequired", "dependentSchemas"]
+        "format:uuid", "format:duration", "not", "dependentRequired", "dependentSchemas",
+        "if-then-else"]
 
 
 def _check(recs):
