@@ -113,6 +113,7 @@ class _SubsetTable:
         self.table = np.full((max(64, nfa.num_states + 1), ncls), -1, dtype=np.int64)
         self.table[0, :] = 0  # the dead set goes nowhere
         self.expanded = 0
+        self._arrays: tuple | None = None  # see _member_arrays
 
     def intern(self, states: tuple[int, ...]) -> int:
         i = self.ids.get(states)
@@ -612,11 +613,29 @@ def _walk(trie, node_cls, subsets: _SubsetTable, starts, node, dstate, *, visits
     return np.concatenate(rs), np.concatenate(rn), np.concatenate(rd), steps
 
 
+def _member_arrays(subsets: _SubsetTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sizes int64 [n], ptr int64 [n+1], flat members) of the subsets interned so far, kept on
+    the table and extended with the subsets interned since the last call."""
+    n = len(subsets.members)
+    have = subsets._arrays
+    if have is not None and have[0] == n:
+        return have[1:]
+    old = 0 if have is None else have[0]
+    new = subsets.members[old:]
+    sizes = np.fromiter((len(m) for m in new), dtype=np.int64, count=len(new))
+    flat = np.fromiter((q for m in new for q in m), dtype=np.int64, count=int(sizes.sum()))
+    if have is not None:
+        sizes = np.concatenate([have[1], sizes])
+        flat = np.concatenate([have[3], flat])
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(sizes, out=ptr[1:])
+    subsets._arrays = (n, sizes, ptr, flat)
+    return sizes, ptr, flat
+
+
 def _expand_members(subsets: _SubsetTable, sid: np.ndarray):
     """(index into ``sid``, member state) for every member of every subset ``sid[i]``."""
-    sizes = np.array([len(m) for m in subsets.members], dtype=np.int64)
-    flat = np.array([q for m in subsets.members for q in m], dtype=np.int64)
-    ptr = np.concatenate([[0], np.cumsum(sizes)])
+    sizes, ptr, flat = _member_arrays(subsets)
     k = sizes[sid]
     idx = np.repeat(np.arange(sid.size, dtype=np.int64), k)
     return idx, flat[_ranges(ptr[sid], k)]
@@ -1157,8 +1176,7 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
         r_start, r_node, r_state, st = _walk(trie, node_cls, subsets, f_s[sel], f_n[sel], f_d[sel],
                                              dedup=True)
         steps = max(steps, st)
-        sizes = np.fromiter((len(m) for m in subsets.members), dtype=np.int64,
-                            count=len(subsets.members))
+        sizes = _member_arrays(subsets)[0]
         n_exp = int(sizes[r_state].sum())
         if listed + n_exp > _EXPAND_LIMIT:
             # Too many (src, dst, group) triples to list: one packed row per distinct group set
