@@ -701,35 +701,37 @@ def _components(nfa: ByteNFA) -> list[_Component]:
     # Absorb satellites: states entered only from a loop's (chain's) region and leaving only
     # into it (escape sequences inside a JSON string: `\\`, `\\u` and four hex digits).  They
     # are part of every copy's walk anyway; as members they stop costing a walk each.
-    preds: list[list[int]] = [[] for _ in range(S)]
-    for s, _, d in nfa.edges:
-        preds[d].append(s)
-    allsucc: list[list[int]] = [[] for _ in range(S)]
-    for s, _, d in nfa.edges:
-        allsucc[s].append(d)
-    core: dict[int, list[int]] = {}
-    for q, c in enumerate(region):
-        if c >= 0:
-            core.setdefault(c, []).append(q)
-    for c in loops:
-        grown: list[int] = []
-        frontier = core[c]
-        while frontier:
-            nxt = []
-            for q in frontier:
-                for d in allsucc[q]:
-                    if region[d] == -1 and d != nfa.start and all(region[p] == c for p in preds[d]):
-                        region[d] = c
-                        grown.append(d)
-                        nxt.append(d)
-            frontier = nxt
-        changed = True
-        while changed:  # keep only satellites whose successors stay in the region
-            changed = False
-            for q in grown:
-                if region[q] == c and any(region[d] != c for d in allsucc[q]):
-                    region[q] = -1
-                    changed = True
+    # Vectorized over the edges (src, dst): a free state whose predecessors all lie in one
+    # region joins it, until none does; then joined states with a successor outside their
+    # region leave it again, until none does.
+    reg = np.array(region, dtype=np.int64)
+    pord = np.argsort(dst, kind="stable")
+    pred = src[pord]
+    pcount = np.bincount(dst, minlength=S)
+    has = pcount > 0
+    pstart = (np.cumsum(pcount) - pcount)[has]
+    not_start = np.arange(S) != nfa.start
+    grown = np.zeros(S, dtype=bool)
+    if pred.size:
+        while True:
+            pr = reg[pred]
+            lo = np.full(S, -1, dtype=np.int64)
+            hi = np.full(S, -2, dtype=np.int64)
+            lo[has] = np.minimum.reduceat(pr, pstart)
+            hi[has] = np.maximum.reduceat(pr, pstart)
+            join = (reg == -1) & (lo == hi) & (lo >= 0) & not_start
+            if not join.any():
+                break
+            reg[join] = lo[join]
+            grown |= join
+        while True:
+            out = np.zeros(S, dtype=bool)
+            out[src[reg[dst] != reg[src]]] = True
+            leave = grown & (reg >= 0) & out
+            if not leave.any():
+                break
+            reg[leave] = -1
+    region = reg.tolist()
     comp = [c if c >= 0 else -1 - q for q, c in enumerate(region)]
     if not loops:
         return []
