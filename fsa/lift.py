@@ -732,20 +732,20 @@ def _components(nfa: ByteNFA) -> list[_Component]:
                 break
             reg[leave] = -1
     region = reg.tolist()
-    comp = [c if c >= 0 else -1 - q for q, c in enumerate(region)]
     if not loops:
         return []
+    # reg: a state's loop region, -1 - state for the others (each its own piece)
+    reg = np.where(reg >= 0, reg, -1 - np.arange(S, dtype=np.int64))
+    in_loop = reg >= 0  # every region left is a loop (or chain) region
     members: dict[int, list[int]] = {}
-    for q in range(S):
-        if comp[q] in loops:
-            members.setdefault(comp[q], []).append(q)
+    for q, c in zip(np.nonzero(in_loop)[0].tolist(), reg[in_loop].tolist()):
+        members.setdefault(c, []).append(q)
     out_edges: dict[int, list[tuple[int, int]]] = {}
+    for i in np.nonzero(in_loop[src])[0].tolist():
+        e = nfa.edges[i]
+        out_edges.setdefault(e[0], []).append((e[1], e[2]))
     entry = set() if nfa.start not in range(S) else {nfa.start}
-    for s, m, d in nfa.edges:
-        if comp[s] in loops:
-            out_edges.setdefault(s, []).append((m, d))
-        if comp[d] in loops and comp[s] != comp[d]:
-            entry.add(d)
+    entry.update(dst[in_loop[dst] & (reg[src] != reg[dst])].tolist())
     result = []
     for qs in members.values():
         inside = set(qs)
