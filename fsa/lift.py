@@ -84,9 +84,10 @@ class LiftedEdges:
 class _SubsetTable:
     """Interned sets of byte-NFA states with a lazily filled class-transition table."""
 
-    def __init__(self, nfa: ByteNFA):
-        masks = [m for _, m, _ in nfa.edges]
-        cls, ncls = byte_classes(masks)
+    def __init__(self, nfa: ByteNFA, classes: tuple[list[int], int] | None = None):
+        """``classes``: a byte partition to use instead of ``nfa``'s own (it must not merge
+        bytes that some edge tells apart)."""
+        cls, ncls = classes if classes is not None else byte_classes(m for _, m, _ in nfa.edges)
         self.class_of_byte = np.array(cls, dtype=np.int64)
         self.num_classes = ncls
         rep_mask = 0  # one representative byte per class
@@ -258,7 +259,7 @@ class _ClassTrie:
 
 
 def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int, *,
-                entry_dead: int | None = None) -> _ClassTrie:
+                first_all: bool = False) -> _ClassTrie:
     """Merge byte-trie nodes whose paths read the same class string; drop dead branches.
 
     Tokens that read the same sequence of byte classes behave identically in every state of the
@@ -266,17 +267,13 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int, *,
     is dropped with its subtree: no state can read it.  Llama-3: 275k byte-trie nodes become
     6.8k for JSON-string content classes and 1.3k for an email local part.
 
-    ``entry_dead`` (not None): the trie of an entry walk (:func:`_entry`), whose first byte is
-    read by the virtual entry edge alone, whatever it is.  The whole first level is then one
-    node, and below it class ``entry_dead`` (the bytes only that edge reads; -1 for none) is
-    dead as well.  A digit loop's entry trie then holds the tokens of any byte followed by
-    digits (a few hundred Llama-3 nodes) instead of every token.
+    ``first_all``: the first level keeps the dead class too (a node labelled 0), for a
+    component's walks: its template walk (the dead node dies at once) and its entry walks
+    (:func:`_entries`), whose first byte is read by a virtual edge of any byte.  One trie serves
+    both; a digit loop's then holds a few hundred Llama-3 nodes (any byte, then digits).
     """
     n = trie.num_nodes
     cob = np.asarray(class_of_byte, dtype=np.int64)
-    first_cob = cob
-    if entry_dead is not None and entry_dead > 0:
-        cob = np.where(cob == entry_dead, 0, cob)
     tbyte = _byte64(trie)
     cid = np.full(n, -1, dtype=np.int64)
     cid[0] = 0
@@ -290,18 +287,11 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int, *,
     while frontier.size and d < trie.max_depth:
         d += 1
         lo, hi = int(lp[d]), int(lp[d + 1])
-        if d == 1 and entry_dead is not None:
-            ch = lo + np.flatnonzero(first_cob[tbyte[lo:hi]] != 0)
-            if ch.size == 0:
-                break
-            cid[ch] = nxt
-            parents.append(np.zeros(1, dtype=np.int64))
-            classes.append(first_cob[tbyte[ch[:1]]].astype(np.int64))
-            alive_nodes.append(ch)
-            frontier = ch
-            nxt += 1
-            continue
-        if 4 * frontier.size >= int(lp[d] - lp[d - 1]):
+        if d == 1 and first_all:
+            ch = np.arange(lo, hi)
+            pc = np.zeros(hi - lo, dtype=np.int64)
+            bc = cob[tbyte[lo:hi]]
+        elif 4 * frontier.size >= int(lp[d] - lp[d - 1]):
             # most of the previous level lives: scan the whole level
             pc = cid[trie.parent[lo:hi]]
             bc = cob[tbyte[lo:hi]]
@@ -440,13 +430,13 @@ def _remember(cache: dict, key, value, cap: int = _TEMPLATE_CACHE_BYTES) -> None
 
 
 def _cached_class_trie(vocab: TokenVocabulary, subsets: _SubsetTable,
-                       entry_dead: int | None = None) -> _ClassTrie:
+                       first_all: bool = False) -> _ClassTrie:
     memo = vocab._memo.setdefault("class_tries", {})
-    key = (subsets.num_classes, subsets.class_of_byte.tobytes(), entry_dead)
+    key = (subsets.num_classes, subsets.class_of_byte.tobytes(), first_all)
     ct = memo.get(key)
     if ct is None:
         ct = _class_trie(vocab.trie, subsets.class_of_byte, subsets.num_classes,
-                         entry_dead=entry_dead)
+                         first_all=first_all)
         _remember(memo, key, ct, _CLASS_TRIE_CACHE_BYTES)
     return ct
 
@@ -841,7 +831,7 @@ def _template(comp: _Component, vocab: TokenVocabulary) -> _Template:
     K = int(comp.targets.size)
     T = ByteNFA(n + K, 0, frozenset(), comp.edges)
     sub = _SubsetTable(T)
-    ct = _cached_class_trie(vocab, sub)
+    ct = _cached_class_trie(vocab, sub, first_all=True)  # shared with the entry walks
     single = np.array([sub.intern((r,)) for r in range(n)], dtype=np.int64)
     vs, vn, vd, _ = _walk(ct, ct.cls, sub, np.arange(n, dtype=np.int64),
                           np.zeros(n, dtype=np.int64), single, visits=True)
@@ -911,13 +901,10 @@ def _entries(comp: _Component, rels: list[int], vocab: TokenVocabulary) -> list[
     R = len(rels)
     T = ByteNFA(x + R, x, frozenset(),
                 comp.edges + tuple((x + i, _ALL_BYTES, r) for i, r in enumerate(rels)))
-    sub = _SubsetTable(T)
-    inner = 0
-    for _, m, _ in comp.edges:
-        inner |= m
-    only_x = _ALL_BYTES & ~inner  # bytes no component edge reads: one class, dead past x
-    dead = int(sub.class_of_byte[(only_x & -only_x).bit_length() - 1]) if only_x else -1
-    ct = _cached_class_trie(vocab, sub, entry_dead=dead)
+    # the component's own byte classes (the template's): x reads every class, the dead one
+    # (bytes no component edge reads) included, and so the template's class trie serves
+    sub = _SubsetTable(T, classes=byte_classes(m for _, m, _ in comp.edges))
+    ct = _cached_class_trie(vocab, sub, first_all=True)
     sx = np.array([sub.intern((x + i,)) for i in range(R)], dtype=np.int64)
     vs, vn, vd, _ = _walk(ct, ct.cls, sub, np.arange(R, dtype=np.int64),
                           np.zeros(R, dtype=np.int64), sx, visits=True)

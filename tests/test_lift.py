@@ -256,30 +256,31 @@ def test_class_trie_against_class_strings(alphabet, gpt2_vocab):
 
 
 @pytest.mark.parametrize("alphabet", [b"", b"09,", bytes(range(32, 127))])
-def test_entry_class_trie_against_class_strings(alphabet, gpt2_vocab):
-    """An entry walk's class trie (``entry_dead``): the first byte is any byte (one merged node)
-    and below it the bytes outside ``alphabet`` (class 1, read by the entry edge only) are dead:
-    the tokens ending at each node are those of one class string after any first byte."""
+def test_first_all_class_trie_against_class_strings(alphabet, gpt2_vocab):
+    """A component's class trie (``first_all``, for its template and entry walks): the first
+    byte may be any byte, the dead class 0 included, and below it class 0 is dead: the tokens
+    ending at each node are those of one class string (brute force over GPT-2)."""
     rng = np.random.default_rng(len(alphabet))
-    cob = np.ones(256, dtype=np.int64)  # class 1: bytes only the entry edge reads
+    cob = np.zeros(256, dtype=np.int64)  # class 0: bytes no component edge reads
     for b in alphabet:
-        cob[b] = 2 + rng.integers(0, 3)
-    ct = L._class_trie(gpt2_vocab.trie, cob, 5, entry_dead=1)
+        cob[b] = 1 + rng.integers(0, 3)
+    ct = L._class_trie(gpt2_vocab.trie, cob, 4, first_all=True)
     want: dict[tuple, list[int]] = {}
     for t in range(gpt2_vocab.size):
         bs = gpt2_vocab.decode_bytes([t])
-        if bs and all(cob[b] != 1 for b in bs[1:]):
-            want.setdefault(("*",) + tuple(int(cob[b]) for b in bs[1:]), []).append(t)
+        if bs and all(cob[b] != 0 for b in bs[1:]):
+            want.setdefault(tuple(int(cob[b]) for b in bs), []).append(t)
     got: dict[tuple, list[int]] = {}
     strings = {0: ()}
     for node in range(ct.num_nodes):
         for c in range(int(ct.child_ptr[node]), int(ct.child_ptr[node + 1])):
-            strings[c] = strings[node] + (int(ct.cls[c]) if node else "*",)
+            strings[c] = strings[node] + (int(ct.cls[c]),)
         toks = ct.term_tokens[ct.term_ptr[node]:ct.term_ptr[node + 1]].tolist()
         if toks:
             got[strings[node]] = sorted(toks)
     assert got == {k: sorted(v) for k, v in want.items()}
     assert len(set(strings.values())) == ct.num_nodes
-    assert int(ct.child_ptr[1] - ct.child_ptr[0]) == 1  # the first level is one node
-    # every byte-trie node of a readable token maps to the node of its class string
-    assert (ct.byte_node[gpt2_vocab.trie.level_ptr[1]:gpt2_vocab.trie.level_ptr[2]] == 1).all()
+    # every first byte has a node: the one of its class
+    lo, hi = gpt2_vocab.trie.level_ptr[1], gpt2_vocab.trie.level_ptr[2]
+    assert (ct.byte_node[lo:hi] >= 0).all()
+    assert (ct.cls[ct.byte_node[lo:hi]] == cob[gpt2_vocab.trie.byte[lo:hi]]).all()
