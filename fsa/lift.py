@@ -1063,22 +1063,29 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
         for q, m, d in entries:
             ci, rel = where[d]
             groups.setdefault((comps[ci].sig, rel, m), []).append((q, ci))
-        # the entry walks not cached yet, all rels of one template in one walk
+        # the entry walks this NFA needs: cached ones held here (inserting the new ones may
+        # evict them from the cache), the others all rels of one template in one walk
+        needed: dict[tuple, _Entry] = {}
         missing: dict[tuple, list[int]] = {}
         copy_of: dict[tuple, int] = {}
         for (sig, rel, _), members in groups.items():
-            if ("entry", sig, rel) not in cache and rel not in missing.setdefault(sig, []):
+            key = ("entry", sig, rel)
+            if key in needed:
+                continue
+            hit = cache.get(key)
+            if hit is not None:
+                needed[key] = hit
+            elif rel not in missing.setdefault(sig, []):
                 missing[sig].append(rel)
                 copy_of[sig] = members[0][1]
-        fresh: dict[tuple, _Entry] = {}
         for sig, rels in missing.items():
             for rel, ent in zip(rels, _entries(comps[copy_of[sig]], rels, vocab)):
-                fresh[("entry", sig, rel)] = ent
+                needed[("entry", sig, rel)] = ent
                 built += 1
                 _remember(cache, ("entry", sig, rel), ent)
         for (sig, rel, m), members in groups.items():
             key = ("entry", sig, rel)
-            ent = fresh.get(key) or cache[key]
+            ent = needed[key]
             qs = np.array([q for q, _ in members], dtype=np.int64)
             # [members, n + K]: each copy's relative state / exit -> real state
             dmaps = np.stack([np.concatenate([comps[ci].states, comps[ci].targets])

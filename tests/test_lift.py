@@ -284,3 +284,27 @@ def test_first_all_class_trie_against_class_strings(alphabet, gpt2_vocab):
     lo, hi = gpt2_vocab.trie.level_ptr[1], gpt2_vocab.trie.level_ptr[2]
     assert (ct.byte_node[lo:hi] >= 0).all()
     assert (ct.cls[ct.byte_node[lo:hi]] == cob[gpt2_vocab.trie.byte[lo:hi]]).all()
+
+
+def test_entry_walks_survive_cache_eviction(llama3_vocab, monkeypatch):
+    """Entry walks found in the cache stay usable when the walks inserted after them evict them
+    (a cache of one entry: every insertion evicts the rest); the automaton is unchanged."""
+    schema = {"type": "object", "properties": {
+        "a": {"type": "string"}, "b": {"type": "integer"},
+        "c": {"type": "array", "items": {"type": "number"}}, "d": {"type": "string",
+                                                                 "pattern": "^[a-f]+$"}}}
+    nfa = N.finalize(json_schema_to_nfa(schema))
+    ref, _ = _build(nfa, llama3_vocab, False)
+    remember = L._remember
+
+    def evicting(cache, key, value, cap=0):  # an entry walk evicts everything cached
+        if key[0] == "entry":
+            cache.clear()
+        remember(cache, key, value)
+
+    monkeypatch.setattr(L, "_remember", evicting)
+    llama3_vocab._memo.pop("lift_templates", None)
+    for _ in range(2):  # the second time the last entry walk is cached; the others evict it
+        got, lifted = _build(nfa, llama3_vocab, True)
+        _assert_same(got, ref)
+    assert lifted.templates_built >= 2
