@@ -274,7 +274,6 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int, *,
     """
     n = trie.num_nodes
     cob = np.asarray(class_of_byte, dtype=np.int64)
-    tbyte = _byte64(trie)
     cid = np.full(n, -1, dtype=np.int64)
     cid[0] = 0
     parents = [np.array([-1], dtype=np.int64)]
@@ -290,11 +289,11 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int, *,
         if d == 1 and first_all:
             ch = np.arange(lo, hi)
             pc = np.zeros(hi - lo, dtype=np.int64)
-            bc = cob[tbyte[lo:hi]]
+            bc = cob[trie.byte[lo:hi]]
         elif 4 * frontier.size >= int(lp[d] - lp[d - 1]):
             # most of the previous level lives: scan the whole level
             pc = cid[trie.parent[lo:hi]]
-            bc = cob[tbyte[lo:hi]]
+            bc = cob[trie.byte[lo:hi]]
             keep = (pc >= 0) & (bc != 0)
             if keep.all():  # a JSON-string partition: every node of most levels lives
                 ch = np.arange(lo, hi)
@@ -309,7 +308,7 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int, *,
             clo = trie.child_ptr[frontier]
             cnt = trie.child_ptr[frontier + 1] - clo
             ch = _ranges(clo, cnt)
-            bc = cob[tbyte[ch]]
+            bc = cob[trie.byte[ch]]
             keep = bc != 0
             ch = ch[keep]
             bc = bc[keep]
@@ -350,18 +349,6 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int, *,
 
 
 _TOKEN_NODE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-_BYTE64: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _byte64(trie) -> np.ndarray:
-    """``trie.byte`` as intp (indexing with it skips numpy's uint8 -> intp conversion:
-    1.3 -> 0.4 ms per JSON-string class trie), cached per trie."""
-    out = _BYTE64.get(trie)
-    if out is None:
-        out = _BYTE64[trie] = trie.byte.astype(np.intp)
-    return out
 
 
 def _token_node(trie) -> np.ndarray:

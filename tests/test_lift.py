@@ -226,6 +226,19 @@ def test_stable_argsort_matches_numpy():
         assert np.array_equal(stable_argsort(key, bound), np.argsort(key, kind="stable"))
 
 
+def _class_strings(ct) -> tuple[dict[tuple, list[int]], dict[int, tuple]]:
+    """Walk a class trie: (class string -> sorted tokens ending there, node -> class string)."""
+    got: dict[tuple, list[int]] = {}
+    strings: dict[int, tuple] = {0: ()}
+    for node in range(ct.num_nodes):
+        for c in range(int(ct.child_ptr[node]), int(ct.child_ptr[node + 1])):
+            strings[c] = strings[node] + (int(ct.cls[c]),)
+        toks = ct.term_tokens[ct.term_ptr[node]:ct.term_ptr[node + 1]].tolist()
+        if toks:
+            got[strings[node]] = sorted(toks)
+    return got, strings
+
+
 @pytest.mark.parametrize("alphabet", [b"", b"ab ", bytes(range(32, 127)), bytes(range(256))])
 def test_class_trie_against_class_strings(alphabet, gpt2_vocab):
     """Each class-trie node is one distinct class string of a readable token prefix: the tokens
@@ -242,15 +255,7 @@ def test_class_trie_against_class_strings(alphabet, gpt2_vocab):
         bs = gpt2_vocab.decode_bytes([t])
         if bs and all(cob[b] for b in bs):
             want.setdefault(tuple(int(cob[b]) for b in bs), []).append(t)
-    # walk the class trie: node -> its class string
-    got: dict[tuple, list[int]] = {}
-    strings = {0: ()}
-    for node in range(ct.num_nodes):
-        for c in range(int(ct.child_ptr[node]), int(ct.child_ptr[node + 1])):
-            strings[c] = strings[node] + (int(ct.cls[c]),)
-        toks = ct.term_tokens[ct.term_ptr[node]:ct.term_ptr[node + 1]].tolist()
-        if toks:
-            got[strings[node]] = sorted(toks)
+    got, strings = _class_strings(ct)
     assert got == {k: sorted(v) for k, v in want.items()}
     assert len(set(strings.values())) == ct.num_nodes  # merged: one node per class string
 
@@ -270,14 +275,7 @@ def test_first_all_class_trie_against_class_strings(alphabet, gpt2_vocab):
         bs = gpt2_vocab.decode_bytes([t])
         if bs and all(cob[b] != 0 for b in bs[1:]):
             want.setdefault(tuple(int(cob[b]) for b in bs), []).append(t)
-    got: dict[tuple, list[int]] = {}
-    strings = {0: ()}
-    for node in range(ct.num_nodes):
-        for c in range(int(ct.child_ptr[node]), int(ct.child_ptr[node + 1])):
-            strings[c] = strings[node] + (int(ct.cls[c]),)
-        toks = ct.term_tokens[ct.term_ptr[node]:ct.term_ptr[node + 1]].tolist()
-        if toks:
-            got[strings[node]] = sorted(toks)
+    got, strings = _class_strings(ct)
     assert got == {k: sorted(v) for k, v in want.items()}
     assert len(set(strings.values())) == ct.num_nodes
     # every first byte has a node: the one of its class
@@ -288,7 +286,7 @@ def test_first_all_class_trie_against_class_strings(alphabet, gpt2_vocab):
 
 def test_entry_walks_survive_cache_eviction(llama3_vocab, monkeypatch):
     """Entry walks found in the cache stay usable when the walks inserted after them evict them
-    (a cache of one entry: every insertion evicts the rest); the automaton is unchanged."""
+    (here every new entry walk clears the cache); the automaton is unchanged."""
     schema = {"type": "object", "properties": {
         "a": {"type": "string"}, "b": {"type": "integer"},
         "c": {"type": "array", "items": {"type": "number"}}, "d": {"type": "string",
