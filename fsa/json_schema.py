@@ -163,14 +163,14 @@ _CHECKED_FORMATS = {
 }
 
 _WS_MASK = N.mask_of(b" \t\n\r")
-#: Largest union of leaves :meth:`JsonSchemaCompiler.compile_items` finalizes when it is built:
-#: bigger ones are mostly glue around already-finalized parts (reduction removed 13 of 113,577
-#: states of a Kubernetes pod spec; finalizing six nested ~10^5-state levels took 9.5 of its
-#: 15 s), so they are finalized once, with everything around them, by ``build`` ...
-MAX_FINALIZE_PART = 20_000
-#: ... unless they are reused (a definition ``$ref``-ed again): then the copy embedded from
-#: the second use on is finalized, up to this size (Github_ultra/o13934: 170 uses of one
-#: definition).
+#: A value automaton built for one use is left raw: ``build`` finalizes everything around it
+#: in one pass (finalizing each nested part as it was built re-walked inner states once per
+#: nesting level: 63 -> 30 ms of ``_canonical`` over ten Github_medium schemas, the same token
+#: automata).  One used again (a definition ``$ref``-ed twice) is finalized at its second use,
+#: from MIN_FINALIZE_REUSED states (smaller ones are mostly glue) up to MAX_FINALIZE_REUSED
+#: (Github_ultra/o13934: 170 uses of one definition); larger ones are left to ``build``
+#: (finalizing six nested ~10^5-state levels of a Kubernetes pod spec took 9.5 of its 15 s).
+MIN_FINALIZE_REUSED = 64
 MAX_FINALIZE_REUSED = 250_000
 #: Keywords that constrain only instances of one JSON type (part name); every other keyword of
 #: _VALIDATION but ``type`` may constrain any type.
@@ -1280,15 +1280,13 @@ class JsonSchemaCompiler:
         known = [x._cache.get("is_empty") for x in parts]
         if len(parts) > 1 and None not in known:
             out._cache["is_empty"] = all(known)
-        if 64 < out.num_states <= MAX_FINALIZE_PART:
-            out = N.finalize(out)
         self._nfa_cache[key] = self._nfa_cache[fkey] = out
         return out
 
     def _reused(self, hit: ByteNFA, *keys) -> ByteNFA:
         """A cached value automaton used again: finalized now if it was left raw (see
-        :data:`MAX_FINALIZE_REUSED`), and recorded under ``keys``."""
-        if MAX_FINALIZE_PART < hit.num_states <= MAX_FINALIZE_REUSED:
+        :data:`MIN_FINALIZE_REUSED`), and recorded under ``keys``."""
+        if MIN_FINALIZE_REUSED < hit.num_states <= MAX_FINALIZE_REUSED:
             hit = N.finalize(hit)
         for k in keys:
             self._nfa_cache[k] = hit

@@ -99,6 +99,8 @@ class _SubsetTable:
         # per NFA state: list of (classes covered, dst); only the covered classes are visited
         self.out: list[list[tuple[tuple[int, ...], int]]] = [[] for _ in range(nfa.num_states)]
         cover: dict[int, tuple[int, ...]] = {}
+        n_cov: list[int] = []  # classes covered per edge (for the flat arrays below)
+        flat: list[int] = []
         for s, m, d in nfa.edges:
             c = cover.get(m)
             if c is None:
@@ -110,6 +112,13 @@ class _SubsetTable:
                     mm ^= low
                 c = cover[m] = tuple(covered)
             self.out[s].append((c, d))
+            n_cov.append(len(c))
+            flat.extend(c)
+        # one (source, class, destination) triple per class an edge covers
+        cnt = np.array(n_cov, dtype=np.int64)
+        self._e_src = np.repeat(np.array([e[0] for e in nfa.edges], dtype=np.int64), cnt)
+        self._e_dst = np.repeat(np.array([e[2] for e in nfa.edges], dtype=np.int64), cnt)
+        self._e_cls = np.array(flat, dtype=np.int64)
         self.members: list[tuple[int, ...]] = [()]
         self.ids: dict[tuple[int, ...], int] = {(): 0}
         self.table = np.full((max(64, nfa.num_states + 1), ncls), -1, dtype=np.int64)
@@ -143,6 +152,32 @@ class _SubsetTable:
             row[c] = self.intern(tuple(sorted(x)) if len(x) > 1 else (next(iter(x)),))
         self.table[sid, :] = row
         self.expanded += 1
+
+    def expand_singletons(self, single: np.ndarray) -> None:
+        """Fill the rows of every singleton subset at once: ``single`` int64 [num states] is
+        the interned id of ``(q,)`` for each NFA state q.  Same rows as :meth:`expand` (a
+        class read by several edges to distinct destinations is interned by a Python call,
+        the rest by array ops: 330 rows of a Github_medium schema in 0.2 ms, where one
+        :meth:`expand` call per row took 1 ms, measured here)."""
+        n, C = single.size, self.num_classes
+        todo = self.table[single, 0] < 0
+        if not todo.any():
+            return
+        sel = todo[self._e_src]
+        src, c, d = self._e_src[sel], self._e_cls[sel], self._e_dst[sel]
+        key = sorted_unique((src * C + c) * n + d)  # distinct (source, class, destination)
+        sc, dst = key // n, key % n
+        first = _run_starts(sc)
+        cnt = np.diff(np.append(first, sc.size))
+        val = single[dst[first]]
+        for i in np.nonzero(cnt > 1)[0].tolist():
+            a = int(first[i])
+            val[i] = self.intern(tuple(dst[a:a + int(cnt[i])].tolist()))
+        rows = np.zeros((n, C), dtype=np.int64)
+        rows.reshape(-1)[sc[first]] = val
+        q = np.nonzero(todo)[0]
+        self.table[single[q]] = rows[q]
+        self.expanded += int(q.size)
 
 
 # The plain walk uses a class trie once its estimated byte-trie walk (the two-level bound of
@@ -225,8 +260,9 @@ def _plain_walk_estimate(subsets: _SubsetTable, start_sets: np.ndarray,
     C = subsets.num_classes
     # per class: first-byte nodes, and the depth-2 subtree sizes summed over its bytes
     cnt1 = np.bincount(cob, weights=one, minlength=C)
-    sub_c = np.zeros((C, 256), dtype=np.float64)
-    np.add.at(sub_c, cob, two)
+    onehot = np.zeros((C, 256), dtype=np.float64)
+    onehot[cob, np.arange(256)] = 1.0
+    sub_c = onehot @ two  # [C, 256]: rows of ``two`` summed per class (np.add.at took 4 ms)
     nxt = subsets.table[start_sets]  # [S', C]
     s_idx, c_idx = np.nonzero(nxt > 0)
     t = nxt[s_idx, c_idx]
@@ -457,38 +493,86 @@ def pack_rows(row: np.ndarray, tok: np.ndarray, num_rows: int, vocab_size: int) 
     """uint32 [num_rows, ceil(V/32)]: bit ``t & 31`` of word ``t >> 5`` of row ``row[i]`` set for
     each pair (``row[i]``, ``tok[i]``).  Pairs must be distinct.
 
-    Distinct tokens of one word have distinct bits, so summing bit values equals OR-ing them;
-    np.bincount does that in one pass (0.5 ms for 130k tokens, where np.bitwise_or.at took 2 ms).
+    Pairs are sorted by (row, word) (they usually come sorted) and the bits of each word
+    OR-ed by one ``reduceat``; only the words that get a bit are written.  Cost follows the
+    pairs, not ``num_rows x W``: 294 small label sets of a Github_medium schema packed in
+    0.5 ms, where a ``bincount`` over every word took 5 ms (measured here).
     """
     W = (vocab_size + 31) // 32
+    out = np.zeros(num_rows * W, dtype=np.uint32)
     if num_rows == 0 or row.size == 0:
-        return np.zeros((num_rows, W), dtype=np.uint32)
-    words = np.bincount(row * W + (tok >> 5), weights=np.left_shift(1, tok & 31).astype(np.float64),
-                        minlength=num_rows * W)
-    return words.astype(np.uint32).reshape(num_rows, W)
+        return out.reshape(num_rows, W)
+    key = row.astype(np.int64, copy=False) * W + (tok >> 5)
+    bits = np.left_shift(np.uint32(1), (tok & 31).astype(np.uint32))
+    if key.size > 1 and not (key[1:] >= key[:-1]).all():
+        o = np.argsort(key, kind="stable")
+        key, bits = key[o], bits[o]
+    first = _run_starts(key)
+    out[key[first]] = np.bitwise_or.reduceat(bits, first)
+    return out.reshape(num_rows, W)
+
+
+_ROW_HASH: dict[int, np.ndarray] = {}
+
+
+def _row_hashes(table: np.ndarray, rows: np.ndarray, chunk: int = 1024) -> np.ndarray:
+    """uint64 [len(rows)]: a random linear hash (mod 2**64, odd weights) of each row
+    ``table[rows[i]]`` (uint32), its words read in pairs as uint64.  Rows differing in one
+    word always hash apart; other collisions are rare and settled by the caller."""
+    W = table.shape[1]
+    W2 = (W + 1) // 2
+    R = _ROW_HASH.get(W2)
+    if R is None:
+        R = _ROW_HASH[W2] = np.random.default_rng(0x5EED).integers(
+            0, 2**63, size=W2, dtype=np.int64).view(np.uint64) | np.uint64(1)
+    h = np.zeros(rows.size, dtype=np.uint64)
+    if W == 0 or rows.size == 0:
+        return h
+    if W % 2 == 0 and table.flags.c_contiguous and 2 * rows.size >= table.shape[0]:
+        return (table.view(np.uint64) @ R)[rows]  # most rows: hash the table in place
+    buf = np.zeros((min(rows.size, chunk), 2 * W2), dtype=np.uint32)
+    for c0 in range(0, rows.size, chunk):
+        c1 = min(rows.size, c0 + chunk)
+        part = buf[:c1 - c0]
+        part[:, :W] = table[rows[c0:c1]]
+        h[c0:c1] = part.view(np.uint64) @ R
+    return h
 
 
 def dedup_rows(table: np.ndarray, refs) -> tuple[np.ndarray, np.ndarray]:
-    """Exact dedup of the rows ``table[r]`` for ``r`` in ``refs`` (ints).
+    """Exact dedup of the rows ``table[r]`` (uint32 [L, W]) for ``r`` in ``refs`` (ints).
 
     Returns (the distinct rows, numbered by first use; int64 [len(refs)]: the number of each
-    ref's row).  Rows are compared by their bytes.
+    ref's row).  Rows are grouped by :func:`_row_hashes` and each is compared word for word with
+    the first row of its group; rows that differ from it (a hash collision) are settled by their
+    bytes.  373 rows of 4,008 words: ~1 ms, where hashing every row's bytes in a dict took
+    3-5 ms (measured here).
     """
-    ids: dict[bytes, int] = {}
-    seen: dict[int, int] = {}
-    keep: list[int] = []
-    out = np.empty(len(refs), dtype=np.int64)
-    for i, r in enumerate(refs):
-        j = seen.get(r)
-        if j is None:
-            b = table[r].tobytes()
-            j = ids.get(b)
-            if j is None:
-                j = ids[b] = len(keep)
-                keep.append(r)
-            seen[r] = j
-        out[i] = j
-    return table[keep], out
+    refs = np.asarray(refs, dtype=np.int64)
+    if refs.size == 0:
+        return table[:0], np.zeros(0, dtype=np.int64)
+    u, first, inv = np.unique(refs, return_index=True, return_inverse=True)
+    by_use = np.argsort(first, kind="stable")
+    used = u[by_use]  # distinct rows in order of first use
+    rank = np.empty(u.size, dtype=np.int64)
+    rank[by_use] = np.arange(u.size)
+    h = _row_hashes(table, used)
+    _, hfirst, hinv = np.unique(h, return_index=True, return_inverse=True)
+    rep = hfirst[hinv.reshape(-1)]  # the first row (by use) with the same hash
+    dup = np.nonzero(rep != np.arange(u.size))[0]
+    if dup.size:
+        same = (table[used[dup]] == table[used[rep[dup]]]).all(axis=1)
+        bad = dup[~same]
+        if bad.size:  # collisions: compare bytes with the kept rows of the same hash
+            kept: dict[bytes, int] = {}
+            for i in bad.tolist():
+                j = int(rep[i])
+                kept.setdefault(table[used[j]].tobytes(), j)
+                rep[i] = kept.setdefault(table[used[i]].tobytes(), i)
+    keep = np.nonzero(rep == np.arange(u.size))[0]
+    num = np.empty(u.size, dtype=np.int64)
+    num[keep] = np.arange(keep.size)
+    return table[used[keep]], num[rep][rank[inv.reshape(-1)]]
 
 
 _HASHES: dict[int, np.ndarray] = {}
@@ -711,36 +795,56 @@ def _components(nfa: ByteNFA) -> list[_Component]:
     # Absorb satellites: states entered only from a loop's (chain's) region and leaving only
     # into it (escape sequences inside a JSON string: `\\`, `\\u` and four hex digits).  They
     # are part of every copy's walk anyway; as members they stop costing a walk each.
-    # Vectorized over the edges (src, dst): a free state whose predecessors all lie in one
-    # region joins it, until none does; then joined states with a successor outside their
-    # region leave it again, until none does.
+    # Two worklists over the edges: a free state (not the start) whose predecessors all lie in
+    # one region joins it (least fixpoint); then joined states with a successor outside their
+    # region leave it again (greatest fixpoint).  O(edges); the round-by-round array version
+    # took one round per state of a literal key chain (~1 ms per Github_medium schema).
     reg = np.array(region, dtype=np.int64)
-    pord = np.argsort(dst, kind="stable")
-    pred = src[pord]
+    order_d = np.argsort(dst, kind="stable")
+    order_s = np.argsort(src, kind="stable")
     pcount = np.bincount(dst, minlength=S)
-    has = pcount > 0
-    pstart = (np.cumsum(pcount) - pcount)[has]
-    not_start = np.arange(S) != nfa.start
-    grown = np.zeros(S, dtype=bool)
-    if pred.size:
-        while True:
-            pr = reg[pred]
-            lo = np.full(S, -1, dtype=np.int64)
-            hi = np.full(S, -2, dtype=np.int64)
-            lo[has] = np.minimum.reduceat(pr, pstart)
-            hi[has] = np.maximum.reduceat(pr, pstart)
-            join = (reg == -1) & (lo == hi) & (lo >= 0) & not_start
-            if not join.any():
-                break
-            reg[join] = lo[join]
-            grown |= join
-        while True:
-            out = np.zeros(S, dtype=bool)
-            out[src[reg[dst] != reg[src]]] = True
-            leave = grown & (reg >= 0) & out
-            if not leave.any():
-                break
-            reg[leave] = -1
+    scount = np.bincount(src, minlength=S)
+    pptr = np.concatenate([[0], np.cumsum(pcount)]).tolist()
+    sptr = np.concatenate([[0], np.cumsum(scount)]).tolist()
+    preds = src[order_d].tolist()
+    succs = dst[order_s].tolist()
+    rl = reg.tolist()
+    npred = pcount.tolist()
+    start = nfa.start
+    seen_r = [-1] * S  # the region seen among a free state's predecessors so far (-2: several)
+    seen_n = [0] * S
+    grown: list[int] = []
+    work = [q for q in range(S) if rl[q] >= 0]
+    for p in work:  # grows while iterating
+        r = rl[p]
+        for x in succs[sptr[p]:sptr[p + 1]]:
+            if rl[x] != -1 or x == start or seen_r[x] == -2:
+                continue
+            if seen_r[x] == -1:
+                seen_r[x] = r
+            elif seen_r[x] != r:
+                seen_r[x] = -2
+                continue
+            seen_n[x] += 1
+            if seen_n[x] == npred[x]:
+                rl[x] = r
+                grown.append(x)
+                work.append(x)
+    if grown:
+        is_grown = [False] * S
+        for x in grown:
+            is_grown[x] = True
+        leave = [x for x in grown if any(rl[d] != rl[x] for d in succs[sptr[x]:sptr[x + 1]])]
+        for x in leave:
+            is_grown[x] = False
+        for x in leave:  # grows while iterating
+            r = rl[x]
+            rl[x] = -1
+            for p in preds[pptr[x]:pptr[x + 1]]:
+                if is_grown[p] and rl[p] == r:
+                    is_grown[p] = False
+                    leave.append(p)
+    reg = np.array(rl, dtype=np.int64)
     region = reg.tolist()
     if not loops:
         return []
@@ -1128,9 +1232,7 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     wf = np.array(walk_from, dtype=np.int64)
     start_of = np.arange(S + n_shadow, dtype=np.int64)
     start_of[wf] = np.array(plain_of, dtype=np.int64)
-    for sid in single[wf]:
-        if subsets.table[sid, 0] < 0:
-            subsets.expand(int(sid))
+    subsets.expand_singletons(single)
     # Estimated byte-trie walk of the plain starts: for each, the trie nodes under the first
     # bytes it can read (an upper bound: deeper bytes may die).  The class trie's build costs
     # about one full walk.

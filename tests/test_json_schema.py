@@ -740,10 +740,10 @@ def test_path_sampler_survives_underflow():
     assert s.sample(rng) == b"x" * 300 + b"a"
 
 
-@pytest.mark.parametrize("part, reused", [(0, 0), (0, 10**9), (10**9, 10**9)])
-def test_deferred_finalization_keeps_the_language(part, reused, monkeypatch):
-    """Leaving large parts raw until ``build`` (or until their second use) changes sizes of
-    intermediate automata only: the finalized result is the same automaton, and strings sampled
+@pytest.mark.parametrize("lo, hi", [(0, 0), (0, 10**9), (10**9, 10**9)])
+def test_deferred_finalization_keeps_the_language(lo, hi, monkeypatch):
+    """Leaving parts raw until ``build`` (or finalizing them at their second use) changes sizes
+    of intermediate automata only: the finalized result is the same automaton, and strings sampled
     from it validate."""
     from tractable.fsa import json_schema as JS
 
@@ -755,8 +755,8 @@ def test_deferred_finalization_keeps_the_language(part, reused, monkeypatch):
                        "c": {"items": {"$ref": "#/$defs/p"}, "type": "array", "maxItems": 2}},
         "additionalProperties": False}
     want = _nfa(schema)
-    monkeypatch.setattr(JS, "MAX_FINALIZE_PART", part)
-    monkeypatch.setattr(JS, "MAX_FINALIZE_REUSED", reused)
+    monkeypatch.setattr(JS, "MIN_FINALIZE_REUSED", lo)
+    monkeypatch.setattr(JS, "MAX_FINALIZE_REUSED", hi)
     monkeypatch.setattr(JS, "_SHARED", {})
     got = _nfa(schema)
     assert (got.num_states, got.finals, got.edges) == (want.num_states, want.finals, want.edges)

@@ -306,3 +306,76 @@ def test_entry_walks_survive_cache_eviction(llama3_vocab, monkeypatch):
         got, lifted = _build(nfa, llama3_vocab, True)
         _assert_same(got, ref)
     assert lifted.templates_built >= 2
+
+
+def test_pack_rows_sets_exactly_the_pairs():
+    """Packed rows hold exactly the (row, token) pairs given, in any order."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        V, n = int(rng.integers(1, 300)), int(rng.integers(0, 10))
+        pairs = sorted({(int(rng.integers(0, n)), int(rng.integers(0, V)))
+                        for _ in range(int(rng.integers(0, 50)))}) if n else []
+        rng.shuffle(pairs)
+        row = np.array([p[0] for p in pairs], dtype=np.int64)
+        tok = np.array([p[1] for p in pairs], dtype=np.int64)
+        want = np.zeros((n, (V + 31) // 32), dtype=np.uint32)
+        for r, t in pairs:
+            want[r, t >> 5] |= np.uint32(1 << (t & 31))
+        assert np.array_equal(L.pack_rows(row, tok, n, V), want)
+
+
+def _dedup_rows_by_bytes(table, refs):
+    ids: dict[bytes, int] = {}
+    keep: list[int] = []
+    out = []
+    for r in refs:
+        b = table[r].tobytes()
+        if b not in ids:
+            ids[b] = len(keep)
+            keep.append(r)
+        out.append(ids[b])
+    return table[keep], np.array(out, dtype=np.int64)
+
+
+@pytest.mark.parametrize("width", [4008, 1571, 3, 1])
+def test_dedup_rows_matches_bytes(width):
+    """Hash-grouped row dedup = dedup by bytes, rows numbered by first use (odd widths are
+    padded; tables hashed in place or row by row)."""
+    rng = np.random.default_rng(width)
+    for _ in range(100):
+        base = rng.integers(0, 3, size=(int(rng.integers(1, 8)), width)).astype(np.uint32)
+        table = base[rng.integers(0, base.shape[0], size=int(rng.integers(1, 40)))]
+        refs = rng.integers(0, table.shape[0], size=int(rng.integers(0, 60))).tolist()
+        want, want_of = _dedup_rows_by_bytes(table, refs)
+        got, got_of = L.dedup_rows(table, refs)
+        assert np.array_equal(got, want) and np.array_equal(got_of, want_of)
+
+
+@pytest.mark.parametrize("width", [4, 5])
+def test_dedup_rows_settles_hash_collisions(width, monkeypatch):
+    """With every hash equal, distinct rows still get distinct numbers."""
+    monkeypatch.setattr(L, "_ROW_HASH", {3: np.zeros(3, dtype=np.uint64),
+                                         2: np.zeros(2, dtype=np.uint64)})
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        table = rng.integers(0, 2, size=(int(rng.integers(1, 12)), width)).astype(np.uint32)
+        refs = rng.integers(0, table.shape[0], size=int(rng.integers(0, 30))).tolist()
+        want, want_of = _dedup_rows_by_bytes(table, refs)
+        got, got_of = L.dedup_rows(table, refs)
+        assert np.array_equal(got, want) and np.array_equal(got_of, want_of)
+
+
+def test_row_hashes_tell_one_word_apart():
+    """Two rows differing in a single word (any bit, top bits included) never share a hash."""
+    rng = np.random.default_rng(9)
+    for W in (4, 7):
+        base = rng.integers(0, 2**32, size=(1, W), dtype=np.uint64).astype(np.uint32)
+        rows = []
+        for w in range(W):
+            for bit in (0, 1, 30, 31):
+                r = base.copy()
+                r[0, w] ^= np.uint32(1 << bit)
+                rows.append(r)
+        table = np.concatenate([base] + rows)
+        h = L._row_hashes(table, np.arange(table.shape[0]))
+        assert (h[1:] != h[0]).all()
