@@ -31,7 +31,16 @@ import numpy as np
 import torch
 
 from .errors import AutomatonFormatError, EmptyLanguageError, VocabularyMismatchError
-from .lift import LiftedEdges, _ranges, dedup_rows, dedup_sets, lift, pack_rows, sorted_unique
+from .lift import (
+    LiftedEdges,
+    _ranges,
+    dedup_rows,
+    dedup_sets,
+    lift,
+    pack_rows,
+    sorted_unique,
+    take_rows,
+)
 from .nfa import ByteNFA
 from .state import MaskMixin
 from .vocabulary import TokenVocabulary
@@ -536,7 +545,8 @@ def _merge_rows(packed, label_of_edge, kept_key, r_key, row_id, rows):
     ok = np.nonzero((ri < kept_key.size) & (kept_key[np.minimum(ri, kept_key.size - 1)]
                                             == r_key))[0]
     Lx = packed.shape[0]
-    table = np.concatenate([packed, rows]) if rows.shape[0] else packed
+    table = [packed, rows] if rows.shape[0] else [packed]  # rows numbered across the parts
+    n_table = Lx + rows.shape[0]
     x_e = np.nonzero(label_of_edge >= 0)[0]
     ref_e = np.concatenate([x_e, ri[ok]])
     ref_r = np.concatenate([label_of_edge[x_e], Lx + row_id[ok]])
@@ -560,12 +570,12 @@ def _merge_rows(packed, label_of_edge, kept_key, r_key, row_id, rows):
         keys = list(combos)
         cnt = np.array([len(k) for k in keys], dtype=np.int64)
         sel = np.fromiter((r for k in keys for r in k), dtype=np.int64, count=int(cnt.sum()))
-        merged = np.bitwise_or.reduceat(table[sel], np.cumsum(cnt) - cnt, axis=0)
-        row_of[m_idx] = table.shape[0] + combo_of
-        table = np.concatenate([table, merged])
+        merged = np.bitwise_or.reduceat(take_rows(table, sel), np.cumsum(cnt) - cnt, axis=0)
+        row_of[m_idx] = n_table + combo_of
+        table.append(merged)
     label = np.full(label_of_edge.size, -1, dtype=np.int64)
     label[ref_e[starts]] = row_of
-    # exact dedup of the rows in use, numbered by first use
-    return dedup_rows(table, label.tolist())
+    # exact dedup of the rows in use, numbered by first use (one concatenation of the parts)
+    return dedup_rows(np.concatenate(table) if len(table) > 1 else table[0], label)
 
 

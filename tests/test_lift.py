@@ -349,6 +349,10 @@ def test_dedup_rows_matches_bytes(width):
         want, want_of = _dedup_rows_by_bytes(table, refs)
         got, got_of = L.dedup_rows(table, refs)
         assert np.array_equal(got, want) and np.array_equal(got_of, want_of)
+        cut = sorted(rng.integers(0, table.shape[0] + 1, size=2).tolist())
+        parts = [table[:cut[0]], table[cut[0]:cut[1]], table[cut[1]:]]
+        idx = np.array(refs, dtype=np.int64)
+        assert np.array_equal(L.take_rows(parts, idx), table[idx])
 
 
 @pytest.mark.parametrize("width", [4, 5])
