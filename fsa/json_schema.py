@@ -2066,7 +2066,7 @@ class JsonSchemaCompiler:
             self._unsupported("patternProperties", pats[MAX_PATTERN_PROPERTIES][2],
                               f"more than {MAX_PATTERN_PROPERTIES} patterns in one object")
             pats = pats[:MAX_PATTERN_PROPERTIES]
-        body = _body_excluding(names)
+        body = None  # _body_excluding(names), built when a region needs it
         out = []
         for T in range(1 << len(pats)):
             content = None
@@ -2084,13 +2084,8 @@ class JsonSchemaCompiler:
                 continue
             if content is not None and _is_empty(content):
                 continue
-            kb = body if content is None else N.intersect(_escape_subst(content), body)
-            key = N.concat(_QUOTE, kb, _QUOTE)
-            if pn_nfa is not None:
-                key = N.intersect(key, pn_nfa)
-            if _is_empty(key):
-                continue
             constraints = []
+            strict_here = False
             for idx, (s, p) in enumerate(flat):
                 mine = [(sub, ptr) for j, (_a, sub, ptr, i) in enumerate(pats)
                         if i == idx and T >> j & 1]
@@ -2102,8 +2097,22 @@ class JsonSchemaCompiler:
                         not isinstance(s, _Synth)):
                     # strict: properties the schema does not list are not generated
                     constraints.append((False, _ptr(p, "additionalProperties")))
-                    self.strict_used = True
-            if any(c is False for c, _ in constraints):
+                    strict_here = True
+            closed = any(c is False for c, _ in constraints)
+            if closed and content is None and pn_nfa is None:
+                # the keys other than the (finitely many) names are never none: nothing to build
+                self.strict_used |= strict_here
+                continue
+            if body is None:
+                body = _body_excluding(names)
+            kb = body if content is None else N.intersect(_escape_subst(content), body)
+            key = N.concat(_QUOTE, kb, _QUOTE)
+            if pn_nfa is not None:
+                key = N.intersect(key, pn_nfa)
+            if _is_empty(key):
+                continue
+            self.strict_used |= strict_here
+            if closed:
                 continue
             v = self.compile_items(constraints + list(also), stack)
             if _is_empty(v):
