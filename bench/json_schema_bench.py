@@ -25,7 +25,8 @@ the schemas every engine of its language compiled (the fair comparison), with th
 per-schema ratios tractable / xgrammar.
 
 Usage: python bench/json_schema_bench.py [--per-subset 30] [--timeout 60]
-Writes bench/results/json_schema_compile_time.{md,json,png}.
+Writes bench/results/json_schema_compile_time.{md,json,png}; ``--replot`` redraws the PNG from
+the JSON.
 """
 
 from __future__ import annotations
@@ -169,7 +170,12 @@ def main() -> None:
     ap.add_argument("--per-subset", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--replot", action="store_true", help="redraw the PNG from the JSON")
     args = ap.parse_args()
+    if args.replot:
+        saved = json.loads((OUT / "json_schema_compile_time.json").read_text())
+        plot(saved["results"], list(saved["results"]))
+        return
     engines = args.engines.split(",")
     schemas = {sub: [(r["id"], r["schema"]) for _, r in zip(range(args.per_subset), load(sub))]
                for sub in SUBSETS}
@@ -187,7 +193,7 @@ def main() -> None:
 
     versions = {k: md.version(k) for k in ("xgrammar", "outlines_core", "torch")}
     meta = {"command": "python bench/json_schema_bench.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "replot"),
         "machine": f"{platform.machine()} shared 2-core VM (~8 agents; timings noisy)",
         "python": platform.python_version(), "versions": versions,
         "date": date.today().isoformat(), "vocabulary": "Llama-3 (128,256 ids)"}
@@ -246,16 +252,22 @@ def main() -> None:
                  f"{f(r['common'], 'max')} | "
                  f"{_ratio(rt)} |")
     (OUT / "json_schema_compile_time.md").write_text("\n".join(L) + "\n")
+    plot(results, engines)
+
+
+def plot(results: dict, engines: list[str]) -> None:
+    """Box plot per subset of the compile seconds of each engine (compiled schemas only)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(SUBSETS), figsize=(4 * len(SUBSETS), 3.5), sharey=True)
+    fig, axes = plt.subplots(1, len(SUBSETS), figsize=(4 * len(SUBSETS), 4.2), sharey=True)
     for ax, sub in zip(axes, SUBSETS):
         data = [[r["seconds"] for r in results[e][sub] if r["status"] == "ok"] or [float("nan")]
                 for e in engines]
         ax.boxplot(data, tick_labels=engines)
+        ax.tick_params(axis="x", labelrotation=35)
         ax.set_yscale("log")
         ax.set_title(sub)
     axes[0].set_ylabel("compile seconds (log)")
