@@ -99,8 +99,9 @@ class _SubsetTable:
         # per NFA state: list of (classes covered, dst); only the covered classes are visited
         self.out: list[list[tuple[tuple[int, ...], int]]] = [[] for _ in range(nfa.num_states)]
         cover: dict[int, tuple[int, ...]] = {}
-        n_cov: list[int] = []  # classes covered per edge (for the flat arrays below)
-        flat: list[int] = []
+        flat_src: list[int] = []  # one (source, class, destination) per class an edge covers
+        flat_cls: list[int] = []
+        flat_dst: list[int] = []
         for s, m, d in nfa.edges:
             c = cover.get(m)
             if c is None:
@@ -112,13 +113,12 @@ class _SubsetTable:
                     mm ^= low
                 c = cover[m] = tuple(covered)
             self.out[s].append((c, d))
-            n_cov.append(len(c))
-            flat.extend(c)
-        # one (source, class, destination) triple per class an edge covers
-        cnt = np.array(n_cov, dtype=np.int64)
-        self._e_src = np.repeat(np.array([e[0] for e in nfa.edges], dtype=np.int64), cnt)
-        self._e_dst = np.repeat(np.array([e[2] for e in nfa.edges], dtype=np.int64), cnt)
-        self._e_cls = np.array(flat, dtype=np.int64)
+            flat_src.extend([s] * len(c))
+            flat_cls.extend(c)
+            flat_dst.extend([d] * len(c))
+        self._e_src = np.array(flat_src, dtype=np.int64)
+        self._e_cls = np.array(flat_cls, dtype=np.int64)
+        self._e_dst = np.array(flat_dst, dtype=np.int64)
         self.members: list[tuple[int, ...]] = [()]
         self.ids: dict[tuple[int, ...], int] = {(): 0}
         self.table = np.full((max(64, nfa.num_states + 1), ncls), -1, dtype=np.int64)
@@ -291,9 +291,7 @@ def _plain_walk_estimate(subsets: _SubsetTable, start_sets: np.ndarray,
     nxt = subsets.table[start_sets]  # [S', C]
     s_idx, c_idx = np.nonzero(nxt > 0)
     t = nxt[s_idx, c_idx]
-    for sid in np.unique(t).tolist():
-        if subsets.table[sid, 0] < 0:
-            subsets.expand(sid)
+    _expand_missing(subsets, t)
     live2 = subsets.table[t][:, cob] != 0  # [pairs, 256]
     return int(cnt1[c_idx].sum() + (sub_c[c_idx] * live2).sum())
 
