@@ -145,8 +145,8 @@ class _Builder:
         """Copy ``a`` in, with an epsilon from ``src`` to its start; returns its finals."""
         off = self.n
         self.n += a.num_states
-        self.edges.extend((s + off, m, d + off) for s, m, d in a.edges)
-        self.eps.extend((s + off, d + off) for s, d in a.epsilons)
+        self.edges.extend([(s + off, m, d + off) for s, m, d in a.edges])
+        self.eps.extend([(s + off, d + off) for s, d in a.epsilons])
         self.eps.append((src, a.start + off))
         return frozenset(f + off for f in a.finals)
 

@@ -776,6 +776,130 @@ def _meta_validator(cls):
     return v
 
 
+#: Meta-schema keywords :func:`_meta_ok` ignores (annotations and definition containers).
+_META_ANNOTATIONS = frozenset({
+    "$schema", "$id", "id", "title", "description", "default", "$comment", "deprecated",
+    "definitions", "$defs", "examples", "readOnly", "writeOnly"})
+_META_TYPES = {
+    "object": lambda x: isinstance(x, dict), "array": lambda x: isinstance(x, list),
+    "string": lambda x: isinstance(x, str), "boolean": lambda x: isinstance(x, bool),
+    "null": lambda x: x is None,
+    "integer": lambda x: isinstance(x, int) and not isinstance(x, bool),
+    "number": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
+}
+
+
+def _meta_ok(meta: Any, x: Any, root: dict, cls) -> bool:
+    """True only if ``x`` is valid against the meta-schema node ``meta`` (``root``: the
+    meta-schema :func:`_meta_validator` validates with, ``cls``: its validator class); False
+    means "not shown valid here", and the caller asks ``jsonschema`` for the verdict and the
+    first error.  A direct interpreter of the few keywords meta-schemas use; any other keyword,
+    a non-local ``$ref`` or a value outside the cases handled gives False.  Same verdict on every
+    schema where it returns True (all 9,557 JSONSchemaBench schemas and the Test Suite under
+    Drafts 4/6/7/2020-12: test_fast_meta_check_agrees_with_check_schema); ~0.2 ms where
+    jsonschema takes ~1.5 ms on a 30-property GitHub schema (measured here)."""
+    if meta is True or meta == {}:
+        return True
+    if not isinstance(meta, dict):
+        return False
+    for k, v in meta.items():
+        if k in _META_ANNOTATIONS:
+            continue
+        if k == "type":
+            if isinstance(v, str):
+                t = _META_TYPES.get(v)
+                if t is None or not t(x):
+                    return False
+            elif not any(_META_TYPES[t](x) if t in _META_TYPES else False for t in v):
+                return False
+        elif k == "$ref":
+            if len(meta) > 1 and cls.__name__ in ("Draft4Validator", "Draft6Validator",
+                                                   "Draft7Validator", "Draft3Validator"):
+                return False  # siblings of $ref are ignored before 2019-09: not handled here
+            if v == "#":
+                if not _meta_ok(root, x, root, cls):
+                    return False
+            elif isinstance(v, str) and v.startswith(("#/definitions/", "#/$defs/")):
+                part, name = v[2:].split("/", 1)
+                target = root.get(part, {}).get(name)
+                if target is None or not _meta_ok(target, x, root, cls):
+                    return False
+            else:
+                return False
+        elif k == "properties":
+            if isinstance(x, dict):
+                for name, sub in v.items():
+                    if name in x and not _meta_ok(sub, x[name], root, cls):
+                        return False
+        elif k == "additionalProperties":
+            if "patternProperties" in meta:
+                return False
+            if isinstance(x, dict):
+                known = meta.get("properties", {})
+                for name, val in x.items():
+                    if name not in known and (v is False or not _meta_ok(v, val, root, cls)):
+                        return False
+        elif k == "propertyNames":
+            if isinstance(x, dict) and not all(_meta_ok(v, name, root, cls) for name in x):
+                return False
+        elif k == "items":
+            if isinstance(x, list):
+                if not isinstance(v, (dict, bool)):
+                    return False
+                if not all(_meta_ok(v, y, root, cls) for y in x):
+                    return False
+        elif k in ("allOf", "anyOf"):
+            ok = (all if k == "allOf" else any)(_meta_ok(s, x, root, cls) for s in v)
+            if not ok:
+                return False
+        elif k == "enum":
+            if not (isinstance(x, str) and x in v):
+                return False
+        elif k in ("minItems", "uniqueItems"):
+            if isinstance(x, list):
+                if k == "minItems" and len(x) < v:
+                    return False
+                if k == "uniqueItems" and v:
+                    # primitives distinct as Python values are distinct JSON values too
+                    if (not all(isinstance(y, (str, int, float)) or y is None for y in x)
+                            or len(set(x)) != len(x)):
+                        return False
+        elif k in ("minimum", "exclusiveMinimum"):
+            if isinstance(x, (int, float)) and not isinstance(x, bool):
+                if isinstance(v, bool):  # Draft 4: a flag on minimum
+                    if v and not x > meta["minimum"]:
+                        return False
+                elif x < v or (k == "exclusiveMinimum" and x == v):
+                    return False
+                elif k == "minimum" and meta.get("exclusiveMinimum") is True and x == v:
+                    return False
+        elif k == "format":
+            if not cls.FORMAT_CHECKER.conforms(x, v):
+                return False
+        elif k == "pattern":
+            if isinstance(x, str) and _search(v, x) is None:
+                return False
+        elif k == "dependencies":
+            if isinstance(x, dict):
+                for name, dep in v.items():
+                    if name in x:
+                        if not isinstance(dep, list) or not all(d in x for d in dep):
+                            return False
+        else:
+            return False
+    return True
+
+
+def _search(pattern: str, s: str):
+    r = _META_PATTERNS.get(pattern)
+    if r is None:
+        r = _META_PATTERNS[pattern] = re.compile(pattern)
+    return r.search(s)
+
+
+_META_PATTERNS: dict = {}
+
+
 def _draft2020_meta_schema() -> dict:
     """The Draft 2020-12 meta-schema, flattened: its seven vocabulary meta-schemas merged into
     one (their property names and ``$defs`` names are disjoint) and every ``{"$dynamicRef":
@@ -899,7 +1023,9 @@ class JsonSchemaCompiler:
             return None
         cls = validator_for(schema, default=jsonschema.Draft202012Validator)
         if validate:
-            error = next(_meta_validator(cls).iter_errors(schema), None)
+            meta = _meta_validator(cls)
+            ok = _meta_ok(meta.schema, schema, meta.schema, cls)
+            error = None if ok else next(meta.iter_errors(schema), None)
             if error is not None:
                 path = "#" + "".join("/" + str(p).replace("~", "~0").replace("/", "~1")
                                      for p in error.path)
@@ -1748,7 +1874,10 @@ class JsonSchemaCompiler:
                 if m <= 0:
                     raise InvalidSchemaError("multipleOf must be > 0", _ptr(p, "multipleOf"))
                 mults.append((m, _ptr(p, "multipleOf")))
-        a = number_range(lower, lstrict, upper, ustrict, integer)
+        if lower is None and upper is None:
+            a = number_nfa(integer)  # built once per process
+        else:
+            a = number_range(lower, lstrict, upper, ustrict, integer)
         for m, p in mults:
             mo = multiple_of(m, integer)
             if mo is None:

@@ -96,9 +96,9 @@ class ByteNFA:
         return ByteNFA(
             self.num_states,
             self.start + k,
-            frozenset(f + k for f in self.finals),
-            tuple((s + k, m, d + k) for s, m, d in self.edges),
-            tuple((s + k, d + k) for s, d in self.epsilons),
+            frozenset([f + k for f in self.finals]),
+            tuple([(s + k, m, d + k) for s, m, d in self.edges]),
+            tuple([(s + k, d + k) for s, d in self.epsilons]),
         )
 
     def __repr__(self) -> str:
@@ -253,16 +253,20 @@ def concat(*parts: ByteNFA) -> ByteNFA:
     prev_finals: frozenset[int] = frozenset()
     start = 0
     for i, p in enumerate(parts):
-        q = p.shifted(offset)
-        edges.extend(q.edges)
-        eps.extend(q.epsilons)
-        if i == 0:
-            start = q.start
+        k = offset  # p's states shifted by k (without building the shifted NFA)
+        if k:
+            edges.extend([(s + k, m, d + k) for s, m, d in p.edges])
+            eps.extend([(s + k, d + k) for s, d in p.epsilons])
         else:
-            eps.extend((f, q.start) for f in prev_finals)
-        prev_finals = q.finals
+            edges.extend(p.edges)
+            eps.extend(p.epsilons)
+        if i == 0:
+            start = p.start + k
+        else:
+            eps.extend([(f, p.start + k) for f in prev_finals])
+        prev_finals = [f + k for f in p.finals]
         offset += p.num_states
-    return ByteNFA(offset, start, prev_finals, tuple(edges), tuple(eps))
+    return ByteNFA(offset, start, frozenset(prev_finals), tuple(edges), tuple(eps))
 
 
 def union(*parts: ByteNFA) -> ByteNFA:
@@ -276,11 +280,11 @@ def union(*parts: ByteNFA) -> ByteNFA:
     finals: set[int] = set()
     offset = 1
     for p in parts:
-        q = p.shifted(offset)
-        edges.extend(q.edges)
-        eps.extend(q.epsilons)
-        eps.append((0, q.start))
-        finals |= q.finals
+        k = offset
+        edges.extend([(s + k, m, d + k) for s, m, d in p.edges])
+        eps.extend([(s + k, d + k) for s, d in p.epsilons])
+        eps.append((0, p.start + k))
+        finals.update([f + k for f in p.finals])
         offset += p.num_states
     return ByteNFA(offset, 0, frozenset(finals), tuple(edges), tuple(eps))
 
@@ -475,8 +479,12 @@ def _canonical(nfa: ByteNFA, reduce: bool) -> ByteNFA:
     if start not in live:
         return nothing()
     if len(live) < len(order):
+        dead = [s for s in order if s not in live]
         order = [s for s in order if s in live]
-        for s in order:
+        # only the live neighbours of dead states have rows / predecessor lists to filter
+        touched = {p for x in dead for p in preds[x] or () if p in live}
+        touched.update(d for x in dead for d in rows[x] if d in live)
+        for s in touched:
             row = rows[s]
             if any(d not in live for d in row):
                 rows[s] = {d: m for d, m in row.items() if d in live}
