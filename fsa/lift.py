@@ -135,6 +135,7 @@ class _SubsetTable:
         self.table[0, :] = 0  # the dead set goes nowhere
         self.expanded = 0
         self._arrays: tuple | None = None  # see _member_arrays
+        self._single_n = 0
 
     def _out_of(self, q: int) -> list[tuple[tuple[int, ...], int]]:
         """(classes covered, destination) per out-edge of state ``q``, in edge order."""
@@ -161,6 +162,7 @@ class _SubsetTable:
         if len(self.members) != 1:
             return np.array([self.intern((q,)) for q in range(n)], dtype=np.int64)
         new = [(q,) for q in range(n)]
+        self._single_n = n  # ids 1..n are the singletons (see _member_arrays)
         self.members.extend(new)
         self.ids.update(zip(new, range(1, n + 1)))
         if n >= self.table.shape[0]:
@@ -810,6 +812,10 @@ def _member_arrays(subsets: _SubsetTable) -> tuple[np.ndarray, np.ndarray, np.nd
     have = subsets._arrays
     if have is not None and have[0] == n:
         return have[1:]
+    if have is None and subsets._single_n:  # the dead set, then the bulk-interned singletons
+        k = subsets._single_n
+        have = (k + 1, np.append(np.zeros(1, dtype=np.int64), np.ones(k, dtype=np.int64)),
+                None, np.arange(k, dtype=np.int64))
     old = 0 if have is None else have[0]
     new = subsets.members[old:]
     sizes = np.fromiter((len(m) for m in new), dtype=np.int64, count=len(new))
@@ -853,6 +859,7 @@ class _Component:
     states: np.ndarray
     targets: np.ndarray
     edges: tuple  # template edges (r, mask, r' or n + k)
+    dmap: np.ndarray  # states then targets: relative state or n + exit -> real state
 
 
 def _components(nfa: ByteNFA) -> list[_Component]:
@@ -959,37 +966,42 @@ def _components(nfa: ByteNFA) -> list[_Component]:
     result = []
     for qs in members.values():
         inside = set(qs)
+        # breadth-first from the entry states (the order list is the queue)
         order: list[int] = []
         seen: set[int] = set()
         for e in sorted(q for q in qs if q in entry) or [qs[0]]:
             if e in seen:
                 continue
             seen.add(e)
-            queue = [e]
-            while queue:
-                q = queue.pop(0)
-                order.append(q)
-                for _m, d in sorted(out_edges.get(q, ())):
-                    if d in inside and d not in seen:
-                        seen.add(d)
-                        queue.append(d)
-        order.extend(q for q in qs if q not in seen)
+            i = len(order)
+            order.append(e)
+            while i < len(order):
+                oe = out_edges.get(order[i])
+                i += 1
+                if oe:
+                    for _m, d in sorted(oe):
+                        if d in inside and d not in seen:
+                            seen.add(d)
+                            order.append(d)
+        if len(order) < len(qs):
+            order.extend(q for q in qs if q not in seen)
         rel = {q: i for i, q in enumerate(order)}
         internal = []
         exits = []
         for q in order:
+            rq = rel[q]
             for m, d in out_edges.get(q, ()):
                 if d in inside:
-                    internal.append((rel[q], m, rel[d]))
+                    internal.append((rq, m, rel[d]))
                 else:
-                    exits.append((rel[q], m, d))
+                    exits.append((rq, m, d))
         internal.sort()
         exits.sort()
         n = len(order)
-        sig = (n, tuple(internal), tuple((r, m) for r, m, _ in exits))
-        edges = tuple(internal) + tuple((r, m, n + k) for k, (r, m, _) in enumerate(exits))
-        result.append(_Component(sig, np.array(order, dtype=np.int64),
-                                 np.array([d for _, _, d in exits], dtype=np.int64), edges))
+        sig = (n, tuple(internal), tuple([(r, m) for r, m, _ in exits]))
+        edges = tuple(internal) + tuple([(r, m, n + k) for k, (r, m, _) in enumerate(exits)])
+        dmap = np.array(order + [d for _, _, d in exits], dtype=np.int64)
+        result.append(_Component(sig, dmap[:n], dmap[n:], edges, dmap))
     return result
 
 
@@ -1227,7 +1239,7 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
             rows.append(tm.rows)
             n_rows += tm.rows.shape[0]
         tm, off = hit
-        dmap = np.concatenate([comp.states, comp.targets])
+        dmap = comp.dmap
         r_src.append(comp.states[tm.e_r])
         r_dst.append(dmap[tm.e_d])
         r_id.append(tm.e_row + off)
@@ -1274,8 +1286,7 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
             ent = needed[key]
             qs = np.array([q for q, _ in members], dtype=np.int64)
             # [members, n + K]: each copy's relative state / exit -> real state
-            dmaps = np.stack([np.concatenate([comps[ci].states, comps[ci].targets])
-                              for _, ci in members])
+            dmaps = np.stack([comps[ci].dmap for _, ci in members])
             n_rel = comps[members[0][1]].states.size
             inb = _mask_bytes(m)
             # more than half the bytes: complement the few first bytes m does not read
@@ -1355,7 +1366,7 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     # Walk the frontier in chunks of starts so that each chunk's records stay within memory:
     # records are bounded by the trie nodes below each entry (for a plain start, below the first
     # bytes it reads).  SQL "over" grammar of llguidance's lark.lark: 172M records in one walk.
-    chunk_of = np.zeros(f_s.size, dtype=np.int64)
+    chunk_of = None  # one chunk
     if f_s.size > _DEDUP_MIN:
         below = _subtree_sizes(trie) - 1
         est_e = below[f_n].astype(np.float64)
@@ -1376,9 +1387,9 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     keys: list[np.ndarray] = []
     listed = 0
     steps = 0
-    chunks = np.unique(chunk_of)
-    for c in chunks.tolist():
-        sel = np.nonzero(chunk_of == c)[0] if chunks.size > 1 else slice(None)
+    chunks = [0] if chunk_of is None else sorted_unique(chunk_of).tolist()
+    for c in chunks:
+        sel = np.nonzero(chunk_of == c)[0] if len(chunks) > 1 else slice(None)
         r_start, r_node, r_state, st = _walk(trie, node_cls, subsets, f_s[sel], f_n[sel], f_d[sel],
                                              dedup=True)
         steps = max(steps, st)

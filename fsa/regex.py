@@ -56,7 +56,7 @@ import numpy as np
 from . import nfa as N
 from .automaton import TokenAutomaton
 from .errors import InvalidRegexError, UnsupportedRegexError
-from .nfa import ByteNFA
+from .nfa import ByteNFA, gc_paused
 from .vocabulary import TokenVocabulary
 
 try:  # Python >= 3.11
@@ -570,13 +570,14 @@ def compile_regex(
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit
-    byte_nfa = regex_to_nfa(pattern, flags=flags, search=search)
     meta = {"kind": "regex", "pattern": pattern}
     if flags:
         meta["flags"] = int(flags)
     if search:
         meta["search"] = True
-    out = TokenAutomaton.from_byte_nfa(byte_nfa, vocab, meta=meta)
+    with gc_paused():
+        byte_nfa = regex_to_nfa(pattern, flags=flags, search=search)
+        out = TokenAutomaton.from_byte_nfa(byte_nfa, vocab, meta=meta)
     with _CACHE_LOCK:
         out = _CACHE.setdefault(key, out)
         _CACHE.move_to_end(key)
