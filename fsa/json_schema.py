@@ -2644,13 +2644,6 @@ def compile_json_schema(
         InvalidSchemaError, UnsupportedSchemaError: see :func:`json_schema_to_nfa`.
         EmptyLanguageError: no token sequence over ``vocab`` is accepted.
     """
-    with N.gc_paused():
-        return _compile_json_schema(schema, vocab, whitespace, max_whitespace, property_order,
-                                    max_recursion_depth, lenient, free_value_depth, strict)
-
-
-def _compile_json_schema(schema, vocab, whitespace, max_whitespace, property_order,
-                         max_recursion_depth, lenient, free_value_depth, strict):
     from .automaton import TokenAutomaton
 
     comp = JsonSchemaCompiler(

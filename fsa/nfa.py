@@ -19,9 +19,7 @@ strings (a byte ``b`` is ``chr(b)``).
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -51,27 +49,11 @@ __all__ = [
     "from_automata_lib",
     "utf8_sequences",
     "mask_of",
-    "gc_paused",
 ]
 
 #: The mask with all 256 bits set.
 ALL_BYTES = (1 << 256) - 1
 MAX_CODEPOINT = 0x10FFFF
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Suspend Python's cyclic garbage collector for the block (re-enabled after only if it was
-    enabled before).  A compile allocates ~10^5 short-lived tuples, and the collections they
-    trigger cost ~4% of a Github_medium schema's compile (o10518: 24.6 -> 23.1 ms, o11795:
-    33.3 -> 32.0 ms, best of three, measured here); reference counting still frees them."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def mask_of(values: Iterable[int]) -> int:

@@ -56,7 +56,7 @@ import numpy as np
 from . import nfa as N
 from .automaton import TokenAutomaton
 from .errors import InvalidRegexError, UnsupportedRegexError
-from .nfa import ByteNFA, gc_paused
+from .nfa import ByteNFA
 from .vocabulary import TokenVocabulary
 
 try:  # Python >= 3.11
@@ -575,9 +575,8 @@ def compile_regex(
         meta["flags"] = int(flags)
     if search:
         meta["search"] = True
-    with gc_paused():
-        byte_nfa = regex_to_nfa(pattern, flags=flags, search=search)
-        out = TokenAutomaton.from_byte_nfa(byte_nfa, vocab, meta=meta)
+    byte_nfa = regex_to_nfa(pattern, flags=flags, search=search)
+    out = TokenAutomaton.from_byte_nfa(byte_nfa, vocab, meta=meta)
     with _CACHE_LOCK:
         out = _CACHE.setdefault(key, out)
         _CACHE.move_to_end(key)

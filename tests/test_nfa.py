@@ -454,20 +454,3 @@ def test_finalize_numbers_copies_of_a_sub_automaton_alike():
     g = N.finalize(moved)
     assert (g.num_states, g.finals, g.edges) == (f.num_states, f.finals, f.edges)
 
-
-def test_gc_paused_restores_the_collector_state():
-    import gc
-
-    assert gc.isenabled()
-    with pytest.raises(KeyError):
-        with N.gc_paused():
-            assert not gc.isenabled()
-            raise KeyError("x")
-    assert gc.isenabled()  # re-enabled after an exception too
-    gc.disable()
-    try:
-        with N.gc_paused():
-            pass
-        assert not gc.isenabled()  # left disabled: it was disabled before
-    finally:
-        gc.enable()
