@@ -796,8 +796,9 @@ def _meta_ok(meta: Any, x: Any, root: dict, cls) -> bool:
     first error.  A direct interpreter of the few keywords meta-schemas use; any other keyword,
     a non-local ``$ref`` or a value outside the cases handled gives False.  Same verdict on every
     schema where it returns True (all 9,557 JSONSchemaBench schemas and the Test Suite under
-    Drafts 4/6/7/2020-12: test_fast_meta_check_agrees_with_check_schema); ~0.2 ms where
-    jsonschema takes ~1.5 ms on a 30-property GitHub schema (measured here)."""
+    Drafts 4/6/7/2020-12, 11,189 checks: never True on an invalid one, True on 11,020 of the
+    11,058 valid ones; test_meta_validator_agrees_with_check_schema); 0.27 ms per schema on
+    average where jsonschema takes 1.7 ms (measured here)."""
     if meta is True or meta == {}:
         return True
     if not isinstance(meta, dict):

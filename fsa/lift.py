@@ -542,13 +542,12 @@ def pack_rows(row: np.ndarray, tok: np.ndarray, num_rows: int, vocab_size: int) 
     each pair (``row[i]``, ``tok[i]``).  Pairs must be distinct.
 
     Up to ``_PACK_SPARSE_MAX`` pairs (sorted by (row, token) first when they do not come so
-    and are few per word):
-    the bits of each word are OR-ed by one ``reduceat`` and only the words that get a bit are
-    written, so the cost follows the pairs: 294 small label sets of a Github_medium schema in
-    0.5 ms, where a ``bincount`` over every word took 5 ms.  More pairs (token sets listed in
-    trie order, up to ~10^6 of them): distinct tokens of one word have distinct bits, so
-    summing bit values equals OR-ing them, one ``bincount`` pass (sorting them first took ~30x
-    longer; measured here).
+    and are few per word): the bits of each word are OR-ed by one ``reduceat`` and only the
+    words that get a bit are written, so the cost follows the pairs: 294 small label sets of a
+    Github_medium schema in 0.5 ms, where a ``bincount`` over every word took 5 ms.  More
+    pairs (token sets listed in trie order, up to ~10^6 of them): distinct tokens of one word
+    have distinct bits, so summing bit values equals OR-ing them, one ``bincount`` pass
+    (sorting them first took ~30x longer; measured here).
     """
     W = (vocab_size + 31) // 32
     if num_rows == 0 or row.size == 0:
@@ -561,8 +560,9 @@ def pack_rows(row: np.ndarray, tok: np.ndarray, num_rows: int, vocab_size: int) 
         return words.astype(np.uint32).reshape(num_rows, W)
     if not ordered:
         # few pairs out of order (label rows list tokens group by group): one sort of
-        # row * 32W + token; 9k pairs of 300 rows in 0.3 ms where the bincount over every
-        # word took 1.8 ms (measured here; the sort costs ~20x a word of the bincount per pair)
+        # row * 32W + token; 9k pairs of 300 rows in 1.3 ms where the bincount over every
+        # word took 1.9 ms, 2k pairs 0.4 vs 1.0 ms (measured here; per pair the sort costs
+        # about 20 words of the bincount)
         full = np.sort(row.astype(np.int64, copy=False) * (W * 32) + tok)
         key, tok = full >> 5, full & 31
     out = np.zeros(num_rows * W, dtype=np.uint32)

@@ -309,13 +309,16 @@ def test_entry_walks_survive_cache_eviction(llama3_vocab, monkeypatch):
 
 
 def test_pack_rows_sets_exactly_the_pairs():
-    """Packed rows hold exactly the (row, token) pairs given, in any order."""
+    """Packed rows hold exactly the (row, token) pairs given, in any order (all three paths:
+    sorted pairs, few unsorted pairs sorted first, many pairs by bincount)."""
     rng = np.random.default_rng(3)
-    for _ in range(200):
-        V, n = int(rng.integers(1, 300)), int(rng.integers(0, 10))
+    for i in range(300):
+        V = int(rng.integers(1, 300)) if i % 2 else int(rng.integers(1000, 5000))
+        n = int(rng.integers(0, 10))
         pairs = sorted({(int(rng.integers(0, n)), int(rng.integers(0, V)))
                         for _ in range(int(rng.integers(0, 50)))}) if n else []
-        rng.shuffle(pairs)
+        if i % 3:
+            rng.shuffle(pairs)
         row = np.array([p[0] for p in pairs], dtype=np.int64)
         tok = np.array([p[1] for p in pairs], dtype=np.int64)
         want = np.zeros((n, (V + 31) // 32), dtype=np.uint32)
