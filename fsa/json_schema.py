@@ -878,7 +878,7 @@ def _meta_ok(meta: Any, x: Any, root: dict, cls) -> bool:
             if not cls.FORMAT_CHECKER.conforms(x, v):
                 return False
         elif k == "pattern":
-            if isinstance(x, str) and _search(v, x) is None:
+            if isinstance(x, str) and re.search(v, x) is None:  # re caches the compiled v
                 return False
         elif k == "dependencies":
             if isinstance(x, dict):
@@ -889,16 +889,6 @@ def _meta_ok(meta: Any, x: Any, root: dict, cls) -> bool:
         else:
             return False
     return True
-
-
-def _search(pattern: str, s: str):
-    r = _META_PATTERNS.get(pattern)
-    if r is None:
-        r = _META_PATTERNS[pattern] = re.compile(pattern)
-    return r.search(s)
-
-
-_META_PATTERNS: dict = {}
 
 
 def _draft2020_meta_schema() -> dict:

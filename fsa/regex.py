@@ -570,12 +570,12 @@ def compile_regex(
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit
+    byte_nfa = regex_to_nfa(pattern, flags=flags, search=search)
     meta = {"kind": "regex", "pattern": pattern}
     if flags:
         meta["flags"] = int(flags)
     if search:
         meta["search"] = True
-    byte_nfa = regex_to_nfa(pattern, flags=flags, search=search)
     out = TokenAutomaton.from_byte_nfa(byte_nfa, vocab, meta=meta)
     with _CACHE_LOCK:
         out = _CACHE.setdefault(key, out)

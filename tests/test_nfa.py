@@ -453,4 +453,3 @@ def test_finalize_numbers_copies_of_a_sub_automaton_alike():
                       tuple((s + k, d + k) for s, d in a.epsilons))
     g = N.finalize(moved)
     assert (g.num_states, g.finals, g.edges) == (f.num_states, f.finals, f.edges)
-
