@@ -33,7 +33,9 @@ import torch
 from .errors import AutomatonFormatError, EmptyLanguageError, VocabularyMismatchError
 from .lift import (
     LiftedEdges,
+    SparseRows,
     _ranges,
+    _run_starts,
     dedup_rows,
     dedup_sets,
     lift,
@@ -200,9 +202,8 @@ class TokenAutomaton(MaskMixin):
         packed = _pack_label_rows(grp, rep_edges, lifted.grp_ptr, lifted.grp_tokens, V)
         label_of_edge = np.full(kept.size, -1, dtype=np.int64)
         label_of_edge[xi[x_in]] = label_of_x
-        if r_key.size:
-            packed, label_of_edge = _merge_rows(packed, label_of_edge, kept_key, r_key,
-                                                lifted.row_id, lifted.rows)
+        packed, label_of_edge = _merge_rows(packed, label_of_edge, kept_key, r_key,
+                                            lifted.row_id, lifted.rows, lifted.row_hash)
         e_src, e_dst = e_src[kept], e_dst[kept]
         n_src = new_id[e_src]
         n_dst = new_id[e_dst]
@@ -513,39 +514,50 @@ def _bfs_order(S: int, src, dst, keep, start: int) -> np.ndarray:
 def _pack_label_rows(
     grp: np.ndarray, reps: list[tuple[int, int]], grp_ptr: np.ndarray, grp_tokens: np.ndarray,
     V: int,
-) -> np.ndarray:
-    """uint32 [L, ceil(V/32)]: row l holds the tokens of the groups ``grp[a:b]``, ``reps[l] = (a,
-    b)``.
-
-    Tokens within a row are distinct, so summing the bit values of one word equals OR-ing them;
-    np.bincount does that in one pass (0.5 ms for 130k tokens, where np.bitwise_or.at took 2 ms).
-    """
+) -> np.ndarray | SparseRows:
+    """Row l holds the tokens of the groups ``grp[a:b]``, ``reps[l] = (a, b)``: a
+    :class:`~.lift.SparseRows` when the rows are small (a few tokens each), else uint32
+    [L, ceil(V/32)] packed by :func:`~.lift.pack_rows`."""
     L = len(reps)
+    W = (V + 31) // 32
     if L == 0:
-        return np.zeros((0, (V + 31) // 32), dtype=np.uint32)
+        return np.zeros((0, W), dtype=np.uint32)
     starts = np.array([a for a, _ in reps], dtype=np.int64)
     counts = np.array([b - a for a, b in reps], dtype=np.int64)
     sel = grp[_ranges(starts, counts)]
     gsize = grp_ptr[sel + 1] - grp_ptr[sel]
     t = grp_tokens[_ranges(grp_ptr[sel], gsize)]
     row = np.repeat(np.repeat(np.arange(L, dtype=np.int64), counts), gsize)
+    if t.size * _SPARSE_WORDS_PER_PAIR <= L * W:
+        return SparseRows.from_pairs(row, t, L, V)
     return pack_rows(row, t, L, V)
 
 
-def _merge_rows(packed, label_of_edge, kept_key, r_key, row_id, rows):
+# Label rows stay sparse while their pairs are fewer than 1/20 of their words (the sort of a
+# pair costs about 20 words of a dense pack; see pack_rows).
+_SPARSE_WORDS_PER_PAIR = 20
+
+
+def _merge_rows(explicit, label_of_edge, kept_key, r_key, row_id, rows, row_hash=None):
     """Add the lift's shared rows to the kept edges' labels and dedup all rows exactly.
 
-    ``packed`` uint32 [Lx, W] with ``label_of_edge`` int64 [E] (-1: no explicit label);
-    ``r_key``/``row_id``: edge key and row of ``rows`` for each shared contribution.  Returns
-    the distinct rows actually used and the label of each edge.
+    ``explicit`` (uint32 [Lx, W] or :class:`~.lift.SparseRows`) with ``label_of_edge`` int64
+    [E] (-1: no explicit label); ``r_key``/``row_id``: edge key and row of ``rows`` (uint32
+    [Lr, W]; ``row_hash``: their :func:`~.lift._row_hashes` when known) for each shared
+    contribution.  Returns the distinct rows actually used (uint32 [K, W], numbered by first
+    use) and the label of each edge.
     """
     if kept_key.size == 0:
-        return packed[:0], label_of_edge
+        return np.zeros((0, rows.shape[1]), dtype=np.uint32), label_of_edge
+    sparse = isinstance(explicit, SparseRows)
+    Lx = explicit.num_rows if sparse else explicit.shape[0]
+    if r_key.size == 0:  # the explicit rows alone: distinct by construction, all in use
+        out = take_rows([explicit], np.arange(Lx, dtype=np.int64)) if sparse else explicit
+        return out, label_of_edge
     ri = np.searchsorted(kept_key, r_key)
     ok = np.nonzero((ri < kept_key.size) & (kept_key[np.minimum(ri, kept_key.size - 1)]
                                             == r_key))[0]
-    Lx = packed.shape[0]
-    table = [packed, rows] if rows.shape[0] else [packed]  # rows numbered across the parts
+    table = [explicit, rows]  # rows numbered across the parts
     n_table = Lx + rows.shape[0]
     x_e = np.nonzero(label_of_edge >= 0)[0]
     ref_e = np.concatenate([x_e, ri[ok]])
@@ -558,7 +570,8 @@ def _merge_rows(packed, label_of_edge, kept_key, r_key, row_id, rows):
     row_of = ref_r[starts].copy()
     if multi.any():
         # OR the rows of edges with several contributions, once per distinct combination
-        # (states entering a component alike share them)
+        # (states entering a component alike share them).  Each has at most one explicit row
+        # (the first, numbered below Lx) and at least one shared row.
         m_idx = np.nonzero(multi)[0]
         ends = np.concatenate([starts[1:], [ref_e.size]])
         refs = ref_r.tolist()
@@ -570,12 +583,21 @@ def _merge_rows(packed, label_of_edge, kept_key, r_key, row_id, rows):
         keys = list(combos)
         cnt = np.array([len(k) for k in keys], dtype=np.int64)
         sel = np.fromiter((r for k in keys for r in k), dtype=np.int64, count=int(cnt.sum()))
-        merged = np.bitwise_or.reduceat(take_rows(table, sel), np.cumsum(cnt) - cnt, axis=0)
+        cid = np.repeat(np.arange(len(keys), dtype=np.int64), cnt)
+        shared = sel >= Lx
+        merged = np.bitwise_or.reduceat(rows[sel[shared] - Lx], _run_starts(cid[shared]),
+                                        axis=0)
+        xs = np.nonzero(~shared)[0]
+        if xs.size:
+            if sparse:
+                explicit.scatter(merged, sel[xs], cid[xs])
+            else:
+                merged[cid[xs]] |= explicit[sel[xs]]
         row_of[m_idx] = n_table + combo_of
         table.append(merged)
     label = np.full(label_of_edge.size, -1, dtype=np.int64)
     label[ref_e[starts]] = row_of
-    # exact dedup of the rows in use, numbered by first use (one concatenation of the parts)
-    return dedup_rows(np.concatenate(table) if len(table) > 1 else table[0], label)
+    # exact dedup of the rows in use, numbered by first use
+    return dedup_rows(table, label, [None, row_hash] + [None] * (len(table) - 2))
 
 

@@ -519,6 +519,7 @@ def _merge_futures(
     owner: dict = {}
     cur: dict = {}
     queued = set(order)
+    dirty: set[int] = set()  # states whose rows may name a merged-away state
     work = list(order)  # popped from the end: deepest-discovered first
     while work:
         x = work.pop()
@@ -526,24 +527,18 @@ def _merge_futures(
         if parent[x] != x:
             continue
         row = rows[x]
+        if x in dirty:
+            dirty.discard(x)
+            new = {}
+            for d, m in row.items():
+                d = find(d)
+                new[d] = new.get(d, 0) | m
+            rows[x] = row = new
         if len(row) == 1:
             ((d, m),) = row.items()
-            if parent[d] != d:
-                d = find(d)
-                rows[x] = {d: m}
             sig = (x in acc, d, m)
         else:
-            if any(parent[d] != d for d in row):
-                new = {}
-                for d, m in row.items():
-                    d = find(d)
-                    new[d] = new.get(d, 0) | m
-                rows[x] = row = new
-            if len(row) == 1:
-                ((d, m),) = row.items()
-                sig = (x in acc, d, m)
-            else:
-                sig = (x in acc, frozenset(row.items()))
+            sig = (x in acc, frozenset(row.items()))
         old = cur.get(x)
         if old == sig:
             continue
@@ -565,20 +560,12 @@ def _merge_futures(
                 preds[keep] = list(moved)
             else:
                 pk.extend(moved)
+            dirty.update(moved)
             for p in moved:
                 if p not in queued:
                     queued.add(p)
                     work.append(p)
-    for x in order:
-        if parent[x] != x:
-            continue
-        row = rows[x]
-        if any(parent[d] != d for d in row):
-            new = {}
-            for d, m in row.items():
-                d = find(d)
-                new[d] = new.get(d, 0) | m
-            rows[x] = new
+    # every state made dirty was queued and resolved when popped; only merged-away ones remain
     return find(start)
 
 
@@ -607,7 +594,7 @@ def _renumber(rows: list, acc: set[int], start: int) -> ByteNFA:
             continue
         es = []
         items = sorted([(m, d) for d, m in row.items()])
-        if any(items[t][0] == items[t + 1][0] for t in range(len(items) - 1)):
+        if len(set(row.values())) < len(items):
             # equal masks: order by the destinations' own shape before their previous ids
             items.sort(key=lambda md: (md[0], md[1] in acc,
                                        sorted(rows[md[1]].values()), md[1]))

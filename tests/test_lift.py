@@ -372,6 +372,48 @@ def test_dedup_rows_settles_hash_collisions(width, monkeypatch):
         assert np.array_equal(got, want) and np.array_equal(got_of, want_of)
 
 
+def _as_sparse(table):
+    """A dense uint32 table as :class:`SparseRows` (through its (row, token) pairs)."""
+    r, w = np.nonzero(table)
+    bits = np.unpackbits(table[r, w].astype("<u4").view(np.uint8).reshape(-1, 4),
+                         axis=1, bitorder="little")
+    i, b = np.nonzero(bits)
+    return L.SparseRows.from_pairs(r[i], w[i] * 32 + b, table.shape[0], table.shape[1] * 32)
+
+
+@pytest.mark.parametrize("width", [4008, 1571, 3, 1])
+def test_dedup_rows_over_sparse_and_dense_parts(width):
+    """Rows split into sparse and dense parts dedup exactly as the concatenated table; the
+    sparse rows hash like their dense form and scatter back to it."""
+    rng = np.random.default_rng(width + 1)
+    for _ in range(60):
+        base = np.zeros((int(rng.integers(1, 8)), width), dtype=np.uint32)
+        for row in base:  # a few nonzero words of random bits
+            w = rng.integers(0, width, size=int(rng.integers(0, 4)))
+            row[w] = rng.integers(0, 2**32, size=w.size, dtype=np.uint64).astype(np.uint32)
+        table = base[rng.integers(0, base.shape[0], size=int(rng.integers(1, 40)))]
+        cut = sorted(rng.integers(0, table.shape[0] + 1, size=2).tolist())
+        sp = _as_sparse(table[:cut[0]])
+        assert np.array_equal(sp.hashes(), L._row_hashes(table[:cut[0]], np.arange(cut[0])))
+        parts = [sp, table[cut[0]:cut[1]], _as_sparse(table[cut[1]:])]
+        refs = rng.integers(0, table.shape[0], size=int(rng.integers(0, 60))).tolist()
+        want, want_of = _dedup_rows_by_bytes(table, refs)
+        got, got_of = L.dedup_rows(parts, refs)
+        assert np.array_equal(got, want) and np.array_equal(got_of, want_of)
+        idx = np.array(refs, dtype=np.int64)
+        assert np.array_equal(L.take_rows(parts, idx), table[idx])
+
+
+def test_row_hashes_single_token_rows_apart():
+    """Rows of one token each all hash apart (a plain linear hash put every token 63 mod 64
+    in one bucket), dense and sparse alike."""
+    V = 4096
+    ids = np.arange(V, dtype=np.int64)
+    h = L._row_hashes(L.pack_rows(ids, ids, V, V), ids)
+    assert np.unique(h).size == V
+    assert np.array_equal(L.SparseRows.from_pairs(ids, ids, V, V).hashes(), h)
+
+
 def test_row_hashes_tell_one_word_apart():
     """Two rows differing in a single word (any bit, top bits included) never share a hash."""
     rng = np.random.default_rng(9)
