@@ -182,13 +182,12 @@ class TokenAutomaton(MaskMixin):
         e_src = all_key // S0
         e_dst = all_key % S0
         # token-level trimming: reachable from state 0 and able to reach a final state
-        keep_state = _trim_states(S0, e_src, e_dst, lifted.final, start=0)
+        keep_state, order = _trim_states(S0, e_src, e_dst, lifted.final, start=0)
         if not keep_state[0]:
             raise EmptyLanguageError(
                 "the constraint accepts no token sequence over this vocabulary"
                 + (f" ({meta['pattern']!r})" if "pattern" in meta else "")
             )
-        order = _bfs_order(S0, e_src, e_dst, keep_state, start=0)
         new_id = np.full(S0, -1, dtype=np.int64)
         new_id[order] = np.arange(order.size)
         kept = np.nonzero(keep_state[e_src] & keep_state[e_dst])[0]
@@ -500,15 +499,14 @@ def _reach(ptr: np.ndarray, nbr: np.ndarray, sources: np.ndarray, S: int):
 
 
 def _trim_states(S: int, src: np.ndarray, dst: np.ndarray, final: np.ndarray, start: int):
-    fwd, _ = _reach(*_csr(S, src, dst), np.array([start]), S)
+    """(bool [S]: the states reachable from ``start`` that reach a final state, int64: those
+    states in breadth-first order from ``start``).  Every state on a path from the start to
+    a kept state is kept, so distances over the kept states alone are the same and one forward
+    search serves both."""
+    fwd, order = _reach(*_csr(S, src, dst), np.array([start]), S)
     bwd, _ = _reach(*_csr(S, dst, src), np.nonzero(final)[0], S)
-    return fwd & bwd
-
-
-def _bfs_order(S: int, src, dst, keep, start: int) -> np.ndarray:
-    m = keep[src] & keep[dst]
-    _, order = _reach(*_csr(S, src[m], dst[m]), np.array([start]), S)
-    return order.astype(np.int64)
+    keep = fwd & bwd
+    return keep, order[keep[order]]
 
 
 def _pack_label_rows(

@@ -117,6 +117,16 @@ def _split(d: Decimal) -> tuple[str, str]:
     return s, ""
 
 
+def _start_entered(a: ByteNFA) -> bool:
+    """Whether some edge or epsilon of ``a`` enters its start (cached on ``a``)."""
+    hit = a._cache.get("start_entered")
+    if hit is None:
+        st = a.start
+        hit = a._cache["start_entered"] = (any(d == st for _, _, d in a.edges)
+                                           or any(d == st for _, d in a.epsilons))
+    return hit
+
+
 class _Builder:
     """A raw NFA written state by state (for digit comparisons and modular automata)."""
 
@@ -141,14 +151,33 @@ class _Builder:
             s = nxt
         return s
 
-    def embed(self, a: ByteNFA, src: int) -> frozenset[int]:
-        """Copy ``a`` in, with an epsilon from ``src`` to its start; returns its finals."""
+    def embed(self, a: ByteNFA | tuple[ByteNFA, ...], src: int) -> frozenset[int]:
+        """Copy ``a`` in, entered from ``src``; returns its finals.  When nothing enters
+        ``a``'s start, ``src`` takes its out-moves instead of an epsilon to it (the same
+        paths; the epsilon closures of the final pass shrink).  A tuple of automata is their
+        concatenation, each copied once (``concat`` then ``embed`` copied the last, a
+        property's value, twice)."""
+        if isinstance(a, tuple):
+            finals = frozenset({src})
+            for part in a:
+                if len(finals) == 1:
+                    (at,) = finals
+                else:
+                    at = self.state()
+                    self.eps.extend([(f, at) for f in finals])
+                finals = self.embed(part, at)
+            return finals
         off = self.n
         self.n += a.num_states
-        self.edges.extend([(s + off, m, d + off) for s, m, d in a.edges])
-        self.eps.extend([(s + off, d + off) for s, d in a.epsilons])
-        self.eps.append((src, a.start + off))
-        return frozenset(f + off for f in a.finals)
+        st = a.start
+        if _start_entered(a):
+            self.edges.extend([(s + off, m, d + off) for s, m, d in a.edges])
+            self.eps.extend([(s + off, d + off) for s, d in a.epsilons])
+            self.eps.append((src, st + off))
+            return frozenset(f + off for f in a.finals)
+        self.edges.extend([(src if s == st else s + off, m, d + off) for s, m, d in a.edges])
+        self.eps.extend([(src if s == st else s + off, d + off) for s, d in a.epsilons])
+        return frozenset(src if f == st else f + off for f in a.finals)
 
     def build(self, start: int = 0) -> ByteNFA:
         return ByteNFA(self.n, start, frozenset(self.finals), tuple(self.edges), tuple(self.eps))

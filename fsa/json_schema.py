@@ -2172,11 +2172,11 @@ class JsonSchemaCompiler:
                     return None
                 continue
             key = N.literal(_json_str(k))
-            variants = [(N.concat(key, self.COLON, v), 0)]
+            variants = [((key, self.COLON, v), 0)]  # concatenated by _Builder.embed
             for also, T in with_witnesses(k):
                 vt = self.compile_items(its + also, stack)
                 if not _is_empty(vt):
-                    variants.append((N.concat(key, self.COLON, vt), T))
+                    variants.append(((key, self.COLON, vt), T))
             slots.append((k, variants, k in required))
             if k in required:
                 required_values[k] = v
@@ -2284,8 +2284,9 @@ class JsonSchemaCompiler:
         """Declared slots in order, then additional properties.  A state is (c, w): the count c
         tracked only as far as min/maxProperties need (c saturates at max(1, minProperties)
         without a maximum) and the witnesses w written so far (accepting: w == wfull).  Each
-        slot and the additional properties come as variants (key:value automaton, witness
-        bits); without witnesses, one variant each."""
+        slot and the additional properties come as variants (key:value automaton, or its
+        pieces for :meth:`~.json_formats._Builder.embed`; witness bits); without witnesses, one
+        variant each."""
         from .json_formats import _Builder
 
         K = hi_p if hi_p is not None else max(1, lo_p)
@@ -2299,7 +2300,7 @@ class JsonSchemaCompiler:
         layer = {(0, 0): b.state()}
         start = layer[(0, 0)]
 
-        def emit(srcs: dict, kv: ByteNFA, bits: int, dests: dict) -> None:
+        def emit(srcs: dict, kv, bits: int, dests: dict) -> None:
             # one copy of kv per destination state
             by_dest: dict[tuple[int, int], list[tuple[int, int]]] = {}
             for c, w in srcs:
