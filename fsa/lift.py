@@ -1375,26 +1375,30 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     c_byte: list[np.ndarray] = []
     c_state: list[np.ndarray] = []
     built = 0
+    copies: dict[tuple, list[_Component]] = {}  # per template, its copies in this NFA
     for comp in comps:
-        hit = local.get(comp.sig)
-        if hit is None:
+        if comp.sig not in local:
             tm = cache.get(comp.sig)
             if tm is None:
                 tm = _template(comp, vocab)
                 built += 1
                 _remember(cache, comp.sig, tm)
-            hit = local[comp.sig] = (tm, n_rows)
+            local[comp.sig] = (tm, n_rows)
             rows.append(tm.rows)
             row_hash.append(tm.row_hash)
             n_rows += tm.rows.shape[0]
-        tm, off = hit
-        dmap = comp.dmap
-        r_src.append(comp.states[tm.e_r])
-        r_dst.append(dmap[tm.e_d])
-        r_id.append(tm.e_row + off)
-        c_start.append(comp.states[tm.c_r])
-        c_byte.append(tm.c_b)
-        c_state.append(single[comp.targets[tm.c_k]])
+        copies.setdefault(comp.sig, []).append(comp)
+    # every copy of a template at once (copies share n and the exits, so their maps stack)
+    for sig, cl in copies.items():
+        tm, off = local[sig]
+        dm = np.stack([c.dmap for c in cl]) if len(cl) > 1 else cl[0].dmap[None, :]
+        n = int(cl[0].states.size)
+        r_src.append(dm[:, tm.e_r].reshape(-1))
+        r_dst.append(dm[:, tm.e_d].reshape(-1))
+        r_id.append(np.tile(tm.e_row + off, len(cl)))
+        c_start.append(dm[:, tm.c_r].reshape(-1))
+        c_byte.append(np.tile(tm.c_b, len(cl)))
+        c_state.append(single[dm[:, n + tm.c_k]].reshape(-1))
     # entries: tokens by first byte from the component's entry walk
     if ent_i.size:
         e_src: list[np.ndarray] = []

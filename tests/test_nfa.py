@@ -233,6 +233,11 @@ def test_repeat_is_linear_in_the_bound():
 def test_byte_classes_partition(masks):
     cls, n = N.byte_classes(masks)
     assert len(cls) == 256 and max(cls) < n
+    # numbering: class 0 for bytes in no mask (always counted), the rest by first byte
+    want: dict[tuple[int, ...], int] = {(): 0}
+    ref = [want.setdefault(tuple(i for i, m in enumerate(sorted(set(masks))) if m >> b & 1),
+                           len(want)) for b in range(256)]
+    assert (cls, n) == (ref, len(want))
     for b1 in range(0, 256, 7):
         for b2 in range(256):
             same = all(((m >> b1) & 1) == ((m >> b2) & 1) for m in masks)
