@@ -47,6 +47,7 @@ from functools import cache
 
 from .nfa import (
     ByteNFA,
+    _start_entered,
     byteset,
     concat,
     empty,
@@ -115,16 +116,6 @@ def _split(d: Decimal) -> tuple[str, str]:
         i, f = s.split(".")
         return i, f
     return s, ""
-
-
-def _start_entered(a: ByteNFA) -> bool:
-    """Whether some edge or epsilon of ``a`` enters its start (cached on ``a``)."""
-    hit = a._cache.get("start_entered")
-    if hit is None:
-        st = a.start
-        hit = a._cache["start_entered"] = (any(d == st for _, _, d in a.edges)
-                                           or any(d == st for _, d in a.epsilons))
-    return hit
 
 
 class _Builder:

@@ -828,13 +828,8 @@ def dedup_sets(tok: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         nz = c > 0
         good[nz] = np.logical_and.reduceat(same, bounds[nz])
         ok[check] = good
-    label_of = np.empty(n, dtype=np.int64)
-    reps: list[tuple[int, int]] = []
-    rep_label: dict[int, int] = {}
-    for i in first.tolist():
-        rep_label[i] = len(reps)
-        reps.append((int(starts[i]), int(ends[i])))
-    label_of[:] = [rep_label[r] for r in rep_of.tolist()]
+    label_of = inv.astype(np.int64, copy=True)  # group j's representative is set first[j]
+    reps: list[tuple[int, int]] = list(zip(starts[first].tolist(), ends[first].tolist()))
     for i in np.nonzero(~ok)[0].tolist():  # hash collisions: exact, slow path
         t = tok[starts[i]:ends[i]]
         for li, (ra, rb) in enumerate(reps):

@@ -140,7 +140,18 @@ def literal(data: bytes | str) -> ByteNFA:
     if isinstance(data, str):
         data = data.encode("utf-8")
     n = len(data)
-    return ByteNFA(n + 1, 0, frozenset({n}), tuple((i, 1 << b, i + 1) for i, b in enumerate(data)))
+    return ByteNFA(n + 1, 0, frozenset({n}), tuple((i, 1 << b, i + 1) for i, b in enumerate(data)),
+                   _cache={"start_entered": False})
+
+
+def _start_entered(a: ByteNFA) -> bool:
+    """Whether some edge or epsilon of ``a`` enters its start (cached on ``a``)."""
+    hit = a._cache.get("start_entered")
+    if hit is None:
+        st = a.start
+        hit = a._cache["start_entered"] = (any(d == st for _, _, d in a.edges)
+                                           or any(d == st for _, d in a.epsilons))
+    return hit
 
 
 def utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:

@@ -428,3 +428,25 @@ def test_row_hashes_tell_one_word_apart():
         table = np.concatenate([base] + rows)
         h = L._row_hashes(table, np.arange(table.shape[0]))
         assert (h[1:] != h[0]).all()
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_dedup_sets_matches_tuples(collide, monkeypatch):
+    """Equal id sets get one label, different ones different labels, and each label's
+    representative holds its sets (with every hash equal too: the exact fallback)."""
+    if collide:
+        monkeypatch.setattr(L, "_token_hashes", lambda n: np.zeros(max(n, 1), dtype=np.int64))
+    rng = np.random.default_rng(11)
+    for _ in range(100):
+        base = [np.unique(rng.integers(0, 40, size=int(rng.integers(0, 6))))
+                for _ in range(int(rng.integers(1, 8)))]
+        sets = [base[i] for i in rng.integers(0, len(base), size=int(rng.integers(1, 30)))]
+        tok = np.concatenate(sets).astype(np.int64)
+        ends = np.cumsum([s.size for s in sets])
+        starts = ends - np.array([s.size for s in sets])
+        label, reps = L.dedup_sets(tok, starts, ends)
+        for i, a in enumerate(sets):
+            ra, rb = reps[label[i]]
+            assert tuple(tok[ra:rb]) == tuple(a)
+            for j, b in enumerate(sets):
+                assert (label[i] == label[j]) == (tuple(a) == tuple(b))
