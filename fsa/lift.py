@@ -1023,7 +1023,7 @@ def _components(nfa: ByteNFA) -> list[_Component]:
     # once per shape.
     free = np.array([c < 0 for c in region], dtype=bool)
     ce = keep & free[src] & free[dst]
-    if ce.any():
+    if np.count_nonzero(ce) >= _MIN_CHAIN - 1:  # fewer edges join no _MIN_CHAIN states
         gc = graph(ce)
         _, wl = connected_components(gc, directed=True, connection="weak")
         size = np.bincount(wl[free], minlength=int(wl.max()) + 1)
@@ -1101,6 +1101,17 @@ def _components(nfa: ByteNFA) -> list[_Component]:
     entry.update(dst[in_loop[dst] & (reg[src] != reg[dst])].tolist())
     result = []
     for qs in members.values():
+        if len(qs) == 1:  # one state (a digit loop): its self-loops and exits
+            q = qs[0]
+            internal = [(0, m, 0) for m, d in out_edges.get(q, ()) if d == q]
+            exits = [(0, m, d) for m, d in out_edges.get(q, ()) if d != q]
+            internal.sort()
+            exits.sort()
+            sig = (1, tuple(internal), tuple([(r, m) for r, m, _ in exits]))
+            edges = tuple(internal) + tuple([(0, m, 1 + k) for k, (_, m, _) in enumerate(exits)])
+            dmap = np.array([q] + [d for _, _, d in exits], dtype=np.int64)
+            result.append(_Component(sig, dmap[:1], dmap[1:], edges, dmap))
+            continue
         inside = set(qs)
         # breadth-first from the entry states (the order list is the queue)
         order: list[int] = []
