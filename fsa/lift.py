@@ -222,9 +222,16 @@ class _SubsetTable:
         first = _run_starts(sc)
         cnt = np.diff(np.append(first, sc.size))
         val = single[dst[first]]
-        for i in np.nonzero(cnt > 1)[0].tolist():
-            a = int(first[i])
-            val[i] = self.intern(tuple(dst[a:a + int(cnt[i])].tolist()))
+        multi = np.nonzero(cnt > 1)[0]
+        if multi.size:  # interned in the same order as one call per row would
+            dl = dst.tolist()
+            ids, intern = self.ids, self.intern
+            got = []
+            for a, k in zip(first[multi].tolist(), cnt[multi].tolist()):
+                t = tuple(dl[a:a + k])
+                i = ids.get(t)
+                got.append(intern(t) if i is None else i)
+            val[multi] = got
         rows = np.zeros((n, C), dtype=np.int64)
         rows.reshape(-1)[sc[first]] = val
         q = np.nonzero(todo)[0]
