@@ -2254,6 +2254,10 @@ class JsonSchemaCompiler:
                 # the keys other than the (finitely many) names are never none: nothing to build
                 self.strict_used |= strict_here
                 continue
+            if closed and (self.strict_used or not strict_here):
+                # a closed region only tells whether strict=True dropped keys, known already
+                # (Github_medium o10297: the complement regions of three ^\d+$-keyed objects)
+                continue
             if body is None:
                 body = _body_excluding(names)
             kb = body if content is None else N.intersect(_escape_subst(content), body)

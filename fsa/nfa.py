@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
+
+_SECOND, _THIRD = itemgetter(1), itemgetter(2)
 
 __all__ = [
     "ALL_BYTES",
@@ -149,8 +152,8 @@ def _start_entered(a: ByteNFA) -> bool:
     hit = a._cache.get("start_entered")
     if hit is None:
         st = a.start
-        hit = a._cache["start_entered"] = (any(d == st for _, _, d in a.edges)
-                                           or any(d == st for _, d in a.epsilons))
+        hit = a._cache["start_entered"] = (st in map(_THIRD, a.edges)
+                                           or st in map(_SECOND, a.epsilons))
     return hit
 
 
