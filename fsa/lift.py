@@ -339,7 +339,7 @@ def _plain_walk_estimate(subsets: _SubsetTable, start_sets: np.ndarray,
     Llama-3, 23 Github_medium schemas with warm component caches: the first-byte bound chose
     the class trie for most; with this bound the median compile went 60 -> 41 ms (2 cores busy).
     Mutates ``subsets`` (expands the rows of the subsets reached by one byte)."""
-    one, two = _depth2_subtree_sizes(vocab)
+    one = _depth2_subtree_sizes(vocab)[0]
     b1, b2, size2 = _depth2_pairs(vocab)
     cob = subsets.class_of_byte
     C = subsets.num_classes
