@@ -2220,21 +2220,6 @@ class JsonSchemaCompiler:
         body = None  # _body_excluding(names), built when a region needs it
         out = []
         for T in range(1 << len(pats)):
-            content = None
-            ok = True
-            for j, (a, _sub, ptr, _) in enumerate(pats):
-                if T >> j & 1:
-                    c = a
-                else:
-                    c = self._complement(a, ptr)
-                    if c is None:
-                        ok = False
-                        break
-                content = c if content is None else N.intersect(content, c)
-            if not ok:
-                continue
-            if content is not None and _is_empty(content):
-                continue
             constraints = []
             strict_here = False
             for idx, (s, p) in enumerate(flat):
@@ -2250,13 +2235,29 @@ class JsonSchemaCompiler:
                     constraints.append((False, _ptr(p, "additionalProperties")))
                     strict_here = True
             closed = any(c is False for c, _ in constraints)
-            if closed and content is None and pn_nfa is None:
+            if closed and not pats and pn_nfa is None:
                 # the keys other than the (finitely many) names are never none: nothing to build
                 self.strict_used |= strict_here
                 continue
             if closed and (self.strict_used or not strict_here):
                 # a closed region only tells whether strict=True dropped keys, known already
-                # (Github_medium o10297: the complement regions of three ^\d+$-keyed objects)
+                # (Github_medium o10297: the complement regions of three ^\d+$-keyed objects);
+                # its keys are not built, nor its patterns' complements
+                continue
+            content = None
+            ok = True
+            for j, (a, _sub, ptr, _) in enumerate(pats):
+                if T >> j & 1:
+                    c = a
+                else:
+                    c = self._complement(a, ptr)
+                    if c is None:
+                        ok = False
+                        break
+                content = c if content is None else N.intersect(content, c)
+            if not ok:
+                continue
+            if content is not None and _is_empty(content):
                 continue
             if body is None:
                 body = _body_excluding(names)

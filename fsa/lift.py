@@ -363,7 +363,9 @@ class _ClassTrie:
     BFS-numbered like :class:`~.vocabulary.VocabTrie`: children of node n are
     ``child_ptr[n]:child_ptr[n+1]``; ``cls`` [N] is the byte class on the edge into a node;
     ``term_ptr``/``term_tokens`` list the token ids ending at each node; ``byte_node`` int64
-    [byte-trie nodes] maps each byte-trie node to its class node (-1: dropped, unreadable).
+    [byte-trie nodes] maps each byte-trie node to its class node (-1: dropped, unreadable);
+    ``alive`` int64 (ascending) lists the byte-trie nodes kept, ``alive_node`` their class nodes
+    (``byte_node[alive]``: a digit loop keeps a few hundred of Llama-3's 275k nodes).
     """
 
     child_ptr: np.ndarray
@@ -371,6 +373,8 @@ class _ClassTrie:
     term_ptr: np.ndarray
     term_tokens: np.ndarray
     byte_node: np.ndarray
+    alive: np.ndarray
+    alive_node: np.ndarray
 
     @property
     def num_nodes(self) -> int:
@@ -464,7 +468,27 @@ def _class_trie(trie, class_of_byte: np.ndarray, num_classes: int, *,
     order = stable_argsort(tc, nxt)
     term_ptr = np.zeros(nxt + 1, dtype=np.int64)
     term_ptr[1:] = np.cumsum(np.bincount(tc, minlength=nxt))
-    return _ClassTrie(child_ptr, cls, term_ptr, toks[order], cid)
+    return _ClassTrie(child_ptr, cls, term_ptr, toks[order], cid, alive, cid[alive])
+
+
+def _byte_nodes_of(ct, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The byte-trie nodes behind the nodes ``nodes`` (int64) of a class trie ``ct`` (or of the
+    byte trie itself: each node is its own): ``(count, byte)``, int64, with ``count[i]`` the
+    byte-trie nodes of ``nodes[i]``, listed in ``byte`` in that order (ascending within each).
+    Reads the class trie's kept nodes only, not the whole byte trie (0.2 ms per call over
+    Llama-3's 275k nodes, for a digit loop's few hundred; measured here)."""
+    if not isinstance(ct, _ClassTrie):
+        return np.ones(nodes.size, dtype=np.int64), nodes
+    N = ct.num_nodes
+    need = np.zeros(N, dtype=bool)
+    need[nodes] = True
+    sel = need[ct.alive_node]
+    owner = ct.alive_node[sel]
+    byte = ct.alive[sel][np.argsort(owner, kind="stable")]
+    ptr = np.zeros(N + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum(np.bincount(owner, minlength=N))
+    cnt = ptr[nodes + 1] - ptr[nodes]
+    return cnt, byte[_ranges(ptr[nodes], cnt)]
 
 
 _TOKEN_NODE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -536,11 +560,13 @@ def _remember(cache: dict, key, value, cap: int = _TEMPLATE_CACHE_BYTES) -> None
 
 
 def _cached_class_trie(vocab: TokenVocabulary, subsets: _SubsetTable,
-                       first_all: bool = False) -> _ClassTrie:
+                       first_all: bool = False, build: bool = True) -> _ClassTrie | None:
+    """The class trie of ``subsets``' byte classes (cached on ``vocab``); None when not
+    cached and not ``build``."""
     memo = vocab._memo.setdefault("class_tries", {})
     key = (subsets.num_classes, subsets.class_of_byte.tobytes(), first_all)
     ct = memo.get(key)
-    if ct is None:
+    if ct is None and build:
         ct = _class_trie(vocab.trie, subsets.class_of_byte, subsets.num_classes,
                          first_all=first_all)
         _remember(memo, key, ct, _CLASS_TRIE_CACHE_BYTES)
@@ -891,9 +917,18 @@ def _walk(trie, node_cls, subsets: _SubsetTable, starts, node, dstate, *, visits
             r0, r1 = int(child_ptr[0]), int(child_ptr[1])
             rc = node_cls[r0:r1] if node_cls is not None else subsets.class_of_byte[
                 trie.byte[r0:r1]]
-            nd0 = subsets.table[dstate[:n0]][:, rc]  # [n0, root children]
-            i0, j0 = np.nonzero(nd0)
-            s0, c0, d0 = starts[i0], r0 + j0, nd0[i0, j0]
+            # per entry, the classes it reads, then the root children of each such class, in
+            # (entry, child) order: a [entries, classes] gather where [entries, root children]
+            # took ~4x longer (300 plain starts of a Github_medium schema; measured here)
+            by_cls = np.argsort(rc, kind="stable")
+            ccnt = np.bincount(rc, minlength=subsets.num_classes)
+            nxt = subsets.table[dstate[:n0]]  # [n0, classes]
+            i0, k0 = np.nonzero(nxt)
+            cnt = ccnt[k0]
+            j0 = by_cls[_ranges(np.cumsum(ccnt)[k0] - cnt, cnt)]
+            i0, d0 = np.repeat(i0, cnt), np.repeat(nxt[i0, k0], cnt)
+            o = np.argsort(i0 * (r1 - r0) + j0, kind="stable")
+            s0, c0, d0 = starts[i0[o]], r0 + j0[o], d0[o]
             starts, node, dstate = starts[n0:], node[n0:], dstate[n0:]
         else:
             s0 = None
@@ -1014,12 +1049,17 @@ def _components(nfa: ByteNFA) -> list[_Component]:
 
     def graph(sel: np.ndarray):
         """The edges ``sel`` as a CSR matrix; built directly from the (source, destination)
-        order of a finalized NFA's edges (the COO route cost ~70 us more per call)."""
+        order of a finalized NFA's edges (the COO route cost ~70 us more per call).  float64
+        data and int32 indices, the types ``connected_components`` works in: with int8 data
+        it converted first (600 states, 1,500 edges: strong 115 -> 20 us, weak 180 -> 90 us;
+        measured here)."""
         s_, d_ = src[sel], dst[sel]
-        ones = np.ones(s_.size, dtype=np.int8)
+        ones = np.ones(s_.size, dtype=np.float64)
         if s_.size > 1 and (s_[1:] < s_[:-1]).any():
             return csr_matrix((ones, (s_, d_)), shape=(S, S))
-        return csr_matrix((ones, d_, np.searchsorted(s_, np.arange(S + 1))), shape=(S, S))
+        return csr_matrix((ones, d_.astype(np.int32),
+                           np.searchsorted(s_, np.arange(S + 1)).astype(np.int32)),
+                          shape=(S, S))
 
     g = graph(keep)
     _, lab = connected_components(g, directed=True, connection="strong")
@@ -1184,17 +1224,16 @@ class _Template:
 def _template(comp: _Component, vocab: TokenVocabulary) -> _Template:
     """Walk a component with its exits as sinks, from every relative state, over its own class
     trie; token sets per (relative edge) packed, exits turned into byte-trie continuations."""
+    return _component_walks(comp, [], vocab)[0]
+
+
+def _template_of(comp: _Component, ct, r: np.ndarray, m: np.ndarray,
+                 node: np.ndarray, vocab: TokenVocabulary) -> _Template:
+    """The :class:`_Template` of the template walk's records: relative start ``r``, member
+    state ``m`` of the subset reached (relative state, or ``n + k`` for exit k) at node ``node``
+    of the trie walked (``ct``: a :class:`_ClassTrie`, or the byte trie), int64 each."""
     n = int(comp.states.size)
     K = int(comp.targets.size)
-    T = ByteNFA(n + K, 0, frozenset(), comp.edges)
-    sub = _SubsetTable(T)
-    ct = _cached_class_trie(vocab, sub, first_all=True)  # shared with the entry walks
-    single = sub.intern_singletons(n)
-    vs, vn, vd, _ = _walk(ct, ct.cls, sub, np.arange(n, dtype=np.int64),
-                          np.zeros(n, dtype=np.int64), single, visits=True)
-    idx, m = _expand_members(sub, vd)
-    r = vs[idx]
-    node = vn[idx]
     # token sets per (r, destination): a start reaches each node once, so (r, m, node) is unique
     tp = ct.term_ptr
     term = tp[node + 1] > tp[node]
@@ -1210,16 +1249,9 @@ def _template(comp: _Component, vocab: TokenVocabulary) -> _Template:
     # continuations: class nodes reached with an exit in the subset -> their byte-trie nodes
     c = m >= n
     c_r, c_k, c_node = r[c], m[c] - n, node[c]
-    bn = ct.byte_node
-    need = np.zeros(ct.num_nodes + 1, dtype=bool)
-    need[c_node] = True
-    bsel = np.nonzero(need[bn])[0]  # bn == -1 indexes the trailing False
-    bsel = bsel[np.argsort(bn[bsel], kind="stable")]
-    bptr = np.zeros(ct.num_nodes + 1, dtype=np.int64)
-    bptr[1:] = np.cumsum(np.bincount(bn[bsel], minlength=ct.num_nodes))
-    cnt = bptr[c_node + 1] - bptr[c_node]
+    cnt, c_b = _byte_nodes_of(ct, c_node)
     return _Template(ukey // (n + K), ukey % (n + K), e_row, rows, np.repeat(c_r, cnt),
-                     np.repeat(c_k, cnt), bsel[_ranges(bptr[c_node], cnt)],
+                     np.repeat(c_k, cnt), c_b,
                      _row_hashes(rows, np.arange(rows.shape[0], dtype=np.int64)))
 
 
@@ -1244,37 +1276,72 @@ class _Entry:
 
 _ALL_BYTES = (1 << 256) - 1
 
+# A component walks over the byte trie itself, not its class trie, when the class trie is not
+# cached and the walk's estimate (_plain_walk_estimate: byte-trie nodes below the first two
+# bytes) is at most this.  Llama-3, the component walks of 90 bench schemas (GlaiveAI,
+# Github_medium, Kubernetes), each timed both ways: up to an estimate of 1.1e5 (digit loops,
+# short chains) the byte walk took 1.1-4.8 ms where building the class trie and walking it
+# took 1.4-13 ms; from 1.8e5 up the class trie won (9.5 vs 16 ms and more).  Measured here.
+_COMPONENT_BYTE_WALK = 150_000
+
 
 def _entries(comp: _Component, rels: list[int], vocab: TokenVocabulary) -> list[_Entry]:
-    """The entry walks into relative states ``rels`` of a component, one :class:`_Entry` each.
+    """The entry walks into relative states ``rels`` of a component, one :class:`_Entry` each
+    (see :func:`_component_walks`)."""
+    return _component_walks(comp, rels, vocab, template=False)[1]
 
-    For each rel, a virtual state x with one edge reading any byte into it (exits as sinks):
-    token b·w reaches q iff some path reads b then w.  An outside state s with an edge (m, d)
-    into the component then reaches, through that edge, exactly the tokens recorded here whose
-    first byte is in m.  All rels share one class trie and one walk (one virtual state each):
-    a JSON string entered at 13 states took 13 walks of 1-3 ms."""
+
+def _component_walks(comp: _Component, rels: list[int], vocab: TokenVocabulary, *,
+                     template: bool = True) -> tuple[_Template | None, list[_Entry]]:
+    """A component's template (when ``template``) and its entry walks into relative states
+    ``rels``, from one subset table and one walk: over the component's class trie, or over the
+    byte trie itself when that walk is small and the class trie not cached
+    (:data:`_COMPONENT_BYTE_WALK`).  Mutates ``vocab``'s private memo (the class trie).
+
+    Entry walks: for each rel, a virtual state x with one edge reading any byte into it (exits
+    as sinks): token b·w reaches q iff some path reads b then w.  An outside state s with an
+    edge (m, d) into the component then reaches, through that edge, exactly the tokens recorded
+    here whose first byte is in m.  All rels share one class trie and one walk (one virtual
+    state each): a JSON string entered at 13 states took 13 walks of 1-3 ms.  The template's
+    starts (its relative states) walk beside them: a new digit loop's template and entry walks
+    took 1.4 + 0.7 ms apart (Github_medium o10297, measured here); each start's records are the
+    same either way."""
     n = int(comp.states.size)
     K = int(comp.targets.size)
     x = n + K
     R = len(rels)
-    T = ByteNFA(x + R, x, frozenset(),
+    T = ByteNFA(x + R, 0, frozenset(),
                 comp.edges + tuple((x + i, _ALL_BYTES, r) for i, r in enumerate(rels)))
-    # the component's own byte classes (the template's): x reads every class, the dead one
-    # (bytes no component edge reads) included, and so the template's class trie serves
+    # the component's own byte classes: x reads every class, the dead one (bytes no component
+    # edge reads) included, and so the template's class trie serves the entries
     sub = _SubsetTable(T, classes=byte_classes(m for _, m, _ in comp.edges))
-    ct = _cached_class_trie(vocab, sub, first_all=True)
+    n0 = n if template else 0  # starts 0..n0-1: the template's; n0 + i: rel i's
+    single = sub.intern_singletons(n0)
     sx = np.array([sub.intern((x + i,)) for i in range(R)], dtype=np.int64)
-    vs, vn, vd, _ = _walk(ct, ct.cls, sub, np.arange(R, dtype=np.int64),
-                          np.zeros(R, dtype=np.int64), sx, visits=True)
+    d0 = np.concatenate([single, sx])
+    # the byte trie itself where the walk stays small and the class trie is not built yet
+    ct = _cached_class_trie(vocab, sub, first_all=True, build=False)
+    if ct is None:
+        _expand_missing(sub, d0)
+        if _plain_walk_estimate(sub, d0, vocab) > _COMPONENT_BYTE_WALK:
+            ct = _cached_class_trie(vocab, sub, first_all=True)
+    if ct is None:
+        ct = vocab.trie
+    vs, vn, vd, _ = _walk(ct, ct.cls if isinstance(ct, _ClassTrie) else None, sub,
+                          np.arange(n0 + R, dtype=np.int64), np.zeros(n0 + R, dtype=np.int64),
+                          d0, visits=True)
     idx, m_all = _expand_members(sub, vd)
     s_all, node_all = vs[idx], vn[idx]
+    tmpl = None
+    if template:
+        sel = s_all < n0
+        tmpl = _template_of(comp, ct, s_all[sel], m_all[sel], node_all[sel], vocab)
     tp = ct.term_ptr
-    bn = ct.byte_node
     first_tok = _first_byte_of_token(vocab)
     first_node = _first_byte_of_node(vocab)
     out = []
     for i in range(R):
-        sel = s_all == i
+        sel = s_all == n0 + i
         m, node = m_all[sel], node_all[sel]
         term = tp[node + 1] > tp[node]
         tnode, tm = node[term], m[term]
@@ -1294,21 +1361,14 @@ def _entries(comp: _Component, rels: list[int], vocab: TokenVocabulary) -> list[
         # continuations: class nodes reached with an exit in the subset -> byte-trie nodes
         c = m >= n
         c_k, c_node = m[c] - n, node[c]
-        need = np.zeros(ct.num_nodes + 1, dtype=bool)
-        need[c_node] = True
-        bsel = np.nonzero(need[bn])[0]
-        bsel = bsel[np.argsort(bn[bsel], kind="stable")]
-        bptr = np.zeros(ct.num_nodes + 1, dtype=np.int64)
-        bptr[1:] = np.cumsum(np.bincount(bn[bsel], minlength=ct.num_nodes))
-        ccnt = bptr[c_node + 1] - bptr[c_node]
+        ccnt, c_b = _byte_nodes_of(ct, c_node)
         c_k = np.repeat(c_k, ccnt)
-        c_b = bsel[_ranges(bptr[c_node], ccnt)]
         c_fb = first_node[c_b]
         o = np.argsort(c_fb, kind="stable")
         c_ptr = np.zeros(257, dtype=np.int64)
         c_ptr[1:] = np.cumsum(np.bincount(c_fb, minlength=256))
         out.append(_Entry(dest, full, ptr, toks[order], c_k[o], c_b[o], c_ptr))
-    return out
+    return tmpl, out
 
 
 _MASK_BYTES: dict[int, np.ndarray] = {}
@@ -1390,14 +1450,40 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     c_byte: list[np.ndarray] = []
     c_state: list[np.ndarray] = []
     built = 0
+    # the entry walks this NFA needs: cached ones held here (inserting the new ones may evict
+    # them from the cache), the others all rels of one template in one walk, with the
+    # template's own walk when that is new too
+    needed: dict[tuple, _Entry] = {}
+    missing: dict[tuple, list[int]] = {}
+    groups: dict[tuple, list[tuple[int, int]]] = {}
+    if ent_i.size:
+        # group the entering edges by (template, entry state, mask): one token-set lookup per
+        # group, then every member copy's edges and continuations at once (Kubernetes kb_1004:
+        # 80k entering edges in 31 groups; a Python loop per edge took 8 s)
+        for q, mi, ci, rel in zip(src[ent_i].tolist(), mid[ent_i].tolist(),
+                                  comp_of[dst[ent_i]].tolist(), rel_of[dst[ent_i]].tolist()):
+            groups.setdefault((comps[ci].sig, rel, masks[mi]), []).append((q, ci))
+        for sig, rel, _ in groups:
+            key = ("entry", sig, rel)
+            if key in needed:
+                continue
+            hit = cache.get(key)
+            if hit is not None:
+                needed[key] = hit
+            elif rel not in missing.setdefault(sig, []):
+                missing[sig].append(rel)
     copies: dict[tuple, list[_Component]] = {}  # per template, its copies in this NFA
     for comp in comps:
         if comp.sig not in local:
             tm = cache.get(comp.sig)
             if tm is None:
-                tm = _template(comp, vocab)
-                built += 1
+                rels = missing.pop(comp.sig, [])
+                tm, ents = _component_walks(comp, rels, vocab)
+                built += 1 + len(rels)
                 _remember(cache, comp.sig, tm)
+                for rel, ent in zip(rels, ents):
+                    needed[("entry", comp.sig, rel)] = ent
+                    _remember(cache, ("entry", comp.sig, rel), ent)
             local[comp.sig] = (tm, n_rows)
             rows.append(tm.rows)
             row_hash.append(tm.row_hash)
@@ -1422,30 +1508,9 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
         e_row: list[np.ndarray] = []
         e_tok: list[np.ndarray] = []
         e_full: list[np.ndarray] = []  # full row to complement, or None
-        # group the entering edges by (template, entry state, mask): one token-set lookup per
-        # group, then every member copy's edges and continuations at once (Kubernetes kb_1004:
-        # 80k entering edges in 31 groups; a Python loop per edge took 8 s)
-        groups: dict[tuple, list[tuple[int, int]]] = {}
-        for q, mi, ci, rel in zip(src[ent_i].tolist(), mid[ent_i].tolist(),
-                                  comp_of[dst[ent_i]].tolist(), rel_of[dst[ent_i]].tolist()):
-            groups.setdefault((comps[ci].sig, rel, masks[mi]), []).append((q, ci))
-        # the entry walks this NFA needs: cached ones held here (inserting the new ones may
-        # evict them from the cache), the others all rels of one template in one walk
-        needed: dict[tuple, _Entry] = {}
-        missing: dict[tuple, list[int]] = {}
-        copy_of: dict[tuple, int] = {}
-        for (sig, rel, _), members in groups.items():
-            key = ("entry", sig, rel)
-            if key in needed:
-                continue
-            hit = cache.get(key)
-            if hit is not None:
-                needed[key] = hit
-            elif rel not in missing.setdefault(sig, []):
-                missing[sig].append(rel)
-                copy_of[sig] = members[0][1]
+        # entries of templates cached without them (one copy of the template walks for all)
         for sig, rels in missing.items():
-            for rel, ent in zip(rels, _entries(comps[copy_of[sig]], rels, vocab)):
+            for rel, ent in zip(rels, _entries(copies[sig][0], rels, vocab)):
                 needed[("entry", sig, rel)] = ent
                 built += 1
                 _remember(cache, ("entry", sig, rel), ent)

@@ -497,8 +497,7 @@ def _build(items, flags: int, search: bool, b: _Builder) -> ByteNFA:
     if len(items) == 1 and items[0][0] is _C.SUBPATTERN:
         _g, add, rem, sub = items[0][1]
         return _build(sub, (flags | add) & ~rem, True, b)
-    prefix = [N.star(N.any_codepoint())]
-    suffix = [N.star(N.any_codepoint())]
+    prefix = suffix = None  # unanchored: any text before / after
     if items and _is_anchor(items[0], _LEAD) and not (
         items[0][1] is _C.AT_BEGINNING and flags & _M
     ):
@@ -512,6 +511,10 @@ def _build(items, flags: int, search: bool, b: _Builder) -> ByteNFA:
         elif code is _C.AT_END and not flags & _M:
             items.pop()
             suffix = [N.optional(N.literal(b"\n"))]
+    if prefix is None:
+        prefix = [N.star(N.any_codepoint())]
+    if suffix is None:
+        suffix = [N.star(N.any_codepoint())]
     return N.concat(*prefix, b.seq(items, flags), *suffix)
 
 

@@ -256,6 +256,24 @@ def test_oneof_disjointness():
         json_schema_to_nfa(bad, lenient=True)
 
 
+def test_pattern_complement_only_where_keys_outside_the_patterns_are_allowed():
+    """Keys matching no pattern need the patterns' complements only when some schema admits
+    them: with ``additionalProperties: false`` a pattern whose complement is too large for the
+    subset construction (2^13 subsets: the 13th character from the end is ``a``) compiles,
+    exactly; with a schema for the other keys it is refused, naming the pattern."""
+    pat = "a.{12}$"
+    closed = {"type": "object", "patternProperties": {pat: {"type": "integer"}},
+              "additionalProperties": False}
+    _agree(closed, [{"xa123456789012": 1}, {"xa12345678901": 1}, {"xa123456789012": "1"}, {},
+                    {"a123456789012": 2, "bab12345678901": 3}])
+    opened = dict(closed, additionalProperties={"type": "string"})
+    with pytest.raises(UnsupportedSchemaError) as e:
+        _nfa(opened)
+    assert e.value.keyword == "patternProperties"
+    assert e.value.pointer == f"#/patternProperties/{pat}"
+    assert "complement" in e.value.detail
+
+
 def test_unsupported_pointer_and_lenient():
     schema = {"properties": {"items": {"anyOf": [{"type": "null"}, {"type": "string"},
                                                  {"not": {"multipleOf": 2}}]}}}

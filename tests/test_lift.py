@@ -26,9 +26,15 @@ TINY = ["a", "b", "c", "ab", "bc", "abc", "ca", "a", b"\xc3", None, None, b"\xa9
 
 
 def _build(nfa: N.ByteNFA, vocab: TokenVocabulary, components: bool, expand_limit=None,
-           min_chain=None):
-    old = L._USE_COMPONENTS, L._EXPAND_LIMIT, L._MIN_CHAIN, L._DEDUP_MIN, L._WALK_RECORDS
+           min_chain=None, byte_walk=None):
+    old = (L._USE_COMPONENTS, L._EXPAND_LIMIT, L._MIN_CHAIN, L._DEDUP_MIN, L._WALK_RECORDS,
+           L._COMPONENT_BYTE_WALK)
     L._USE_COMPONENTS = components
+    if byte_walk is not None:
+        # component walks over the byte trie (True) or a class trie (False), none cached
+        L._COMPONENT_BYTE_WALK = 2**62 if byte_walk else -1
+        vocab._memo.pop("lift_templates", None)
+        vocab._memo.pop("class_tries", None)
     if expand_limit is not None:
         # the large-walk path: packed rows, frontiers deduplicated, walked in chunks of starts
         L._EXPAND_LIMIT = expand_limit
@@ -40,8 +46,8 @@ def _build(nfa: N.ByteNFA, vocab: TokenVocabulary, components: bool, expand_limi
         lifted = L.lift(nfa, vocab)
         return TokenAutomaton._from_lifted(lifted, vocab, {}), lifted
     finally:
-        (L._USE_COMPONENTS, L._EXPAND_LIMIT, L._MIN_CHAIN, L._DEDUP_MIN,
-         L._WALK_RECORDS) = old
+        (L._USE_COMPONENTS, L._EXPAND_LIMIT, L._MIN_CHAIN, L._DEDUP_MIN, L._WALK_RECORDS,
+         L._COMPONENT_BYTE_WALK) = old
 
 
 def _assert_same(A: TokenAutomaton, B: TokenAutomaton) -> None:
@@ -55,18 +61,22 @@ def _assert_same(A: TokenAutomaton, B: TokenAutomaton) -> None:
     assert len({r.tobytes() for r in A.labels.numpy()}) == A.num_labels
 
 
-def _compare(nfa: N.ByteNFA, vocab: TokenVocabulary, expand_limit=None, min_chain=None):
+def _compare(nfa: N.ByteNFA, vocab: TokenVocabulary, expand_limit=None, min_chain=None,
+             byte_walks=(None,)):
     """The automaton through components (with ``min_chain=2``, every acyclic piece of two or more
     states a chain template; with ``expand_limit=0``, the walk's result packed per (start,
-    subset) instead of listed per (src, dst, group)) equals the direct walk's."""
+    subset) instead of listed per (src, dst, group); for each of ``byte_walks``, component walks
+    over the byte trie, over class tries, or as the estimate chooses) equals the direct walk's."""
     try:
         ref, _ = _build(nfa, vocab, False)
     except EmptyLanguageError:
-        with pytest.raises(EmptyLanguageError):
-            _build(nfa, vocab, True, expand_limit, min_chain)
+        for bw in byte_walks:
+            with pytest.raises(EmptyLanguageError):
+                _build(nfa, vocab, True, expand_limit, min_chain, bw)
         return None
-    got, lifted = _build(nfa, vocab, True, expand_limit, min_chain)
-    _assert_same(got, ref)
+    for bw in byte_walks:
+        got, lifted = _build(nfa, vocab, True, expand_limit, min_chain, bw)
+        _assert_same(got, ref)
     return lifted
 
 
@@ -76,7 +86,8 @@ def test_random_nfas_match_the_direct_walk(case):
     vocab = TokenVocabulary.from_token_bytes(TINY, eos_token_ids=[9], name="tiny-lift")
     nfa, _ = case
     # wrap in quotes so that single-byte edges cut loops into components, as in JSON
-    _compare(N.concat(N.literal('"'), nfa, N.literal('"'), N.star(nfa)), vocab)
+    _compare(N.concat(N.literal('"'), nfa, N.literal('"'), N.star(nfa)), vocab,
+             byte_walks=(True, False))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -84,8 +95,10 @@ def test_random_nfas_match_the_direct_walk(case):
 def test_chains_match_the_direct_walk(case):
     vocab = TokenVocabulary.from_token_bytes(TINY, eos_token_ids=[9], name="tiny-lift")
     nfa, _ = case
-    _compare(N.concat(N.literal('"'), nfa, N.literal('"'), nfa), vocab, min_chain=2)
-    _compare(N.concat(N.repeat(nfa, 0, 3), N.literal('"')), vocab, min_chain=2)
+    _compare(N.concat(N.literal('"'), nfa, N.literal('"'), nfa), vocab, min_chain=2,
+             byte_walks=(True, False))
+    _compare(N.concat(N.repeat(nfa, 0, 3), N.literal('"')), vocab, min_chain=2,
+             byte_walks=(True, False))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -139,6 +152,16 @@ def test_json_schemas_match_the_direct_walk(i, llama3_vocab):
     nfa = N.finalize(json_schema_to_nfa(SCHEMAS[i]))
     lifted = _compare(nfa, llama3_vocab)
     assert lifted is not None and lifted.components >= 1
+
+
+@pytest.mark.parametrize("i", [1, 4, 6])
+def test_component_walks_over_byte_and_class_tries_agree(i, llama3_vocab):
+    """Over Llama-3, components walked over the byte trie and over their class tries (none
+    cached) give the direct walk's automaton: string arrays, ``^k[0-9]+$`` keys (digit loops
+    entered after a literal), bounded strings (chains)."""
+    nfa = N.finalize(json_schema_to_nfa(SCHEMAS[i]))
+    lifted = _compare(nfa, llama3_vocab, byte_walks=(True, False))
+    assert lifted is not None and lifted.templates_built >= 1
 
 
 def test_bounded_strings_are_chain_templates(llama3_vocab):
