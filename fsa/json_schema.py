@@ -2259,12 +2259,19 @@ class JsonSchemaCompiler:
                 continue
             if content is not None and _is_empty(content):
                 continue
-            if body is None:
-                body = _body_excluding(names)
-            kb = body if content is None else N.intersect(_escape_subst(content), body)
-            key = N.concat(_QUOTE, kb, _QUOTE)
-            if pn_nfa is not None:
-                key = N.intersect(key, pn_nfa)
+            ck = ("key", tuple(names))
+            key = content._cache.get(ck) if content is not None and pn_nfa is None else None
+            if key is None:
+                if body is None:
+                    body = _body_excluding(names)
+                kb = body if content is None else N.intersect(_escape_subst(content), body)
+                key = N.concat(_QUOTE, kb, _QUOTE)
+                if pn_nfa is not None:
+                    key = N.intersect(key, pn_nfa)
+                elif content is not None:
+                    # a pattern's keys, shared by the objects that list the same names
+                    # (Github_medium o10297: ^\d+$ in two objects; 0.2 ms each)
+                    content._cache[ck] = key
             if _is_empty(key):
                 continue
             self.strict_used |= strict_here

@@ -427,6 +427,27 @@ def test_dedup_rows_over_sparse_and_dense_parts(width):
         assert np.array_equal(L.take_rows(parts, idx), table[idx])
 
 
+@pytest.mark.parametrize("width", [4, 5])
+def test_dedup_rows_settles_collisions_across_sparse_and_dense_parts(width, monkeypatch):
+    """With every hash equal, rows compared within a sparse part (word by word) and across
+    parts (made dense) still dedup exactly as the concatenated table."""
+    monkeypatch.setattr(L, "_ROW_HASH", {3: np.zeros(3, dtype=np.uint64),
+                                         2: np.zeros(2, dtype=np.uint64)})
+    rng = np.random.default_rng(width + 7)
+    for _ in range(100):
+        base = np.zeros((int(rng.integers(1, 8)), width), dtype=np.uint32)
+        for row in base:
+            w = rng.integers(0, width, size=int(rng.integers(0, 3)))
+            row[w] = rng.integers(1, 4, size=w.size).astype(np.uint32)
+        table = base[rng.integers(0, base.shape[0], size=int(rng.integers(1, 30)))]
+        cut = sorted(rng.integers(0, table.shape[0] + 1, size=2).tolist())
+        parts = [_as_sparse(table[:cut[0]]), table[cut[0]:cut[1]], _as_sparse(table[cut[1]:])]
+        refs = rng.integers(0, table.shape[0], size=int(rng.integers(0, 40))).tolist()
+        want, want_of = _dedup_rows_by_bytes(table, refs)
+        got, got_of = L.dedup_rows(parts, refs)
+        assert np.array_equal(got, want) and np.array_equal(got_of, want_of)
+
+
 def test_row_hashes_single_token_rows_apart():
     """Rows of one token each all hash apart (a plain linear hash put every token 63 mod 64
     in one bucket), dense and sparse alike."""
