@@ -480,3 +480,37 @@ def _check_structure_light(A: TokenAutomaton, vocab: TokenVocabulary) -> None:
     assert len({r.tobytes() for r in rows}) == A.num_labels
     assert not rows[:, ~vocab.text_token_mask].any()
     assert A.labels.shape[1] == (vocab.size + 31) // 32
+
+
+def test_trim_states_matches_breadth_first_search():
+    """The token-level trim (reachable from the start and reaching a final state) and its
+    breadth-first order (by distance, ascending ids within one) equal a plain Python search on
+    random graphs, with no, one or many final states."""
+    from tractable.fsa.automaton import _trim_states
+
+    rng = random.Random(3)
+    for _ in range(300):
+        S = rng.randint(1, 12)
+        E = rng.randint(0, 30)
+        src = np.array([rng.randrange(S) for _ in range(E)], dtype=np.int64)
+        dst = np.array([rng.randrange(S) for _ in range(E)], dtype=np.int64)
+        final = np.array([rng.random() < 0.25 for _ in range(S)], dtype=bool)
+        start = rng.randrange(S)
+        dist = {start: 0}
+        layer = [start]
+        while layer:
+            nxt = sorted({int(d) for s in layer for s_, d in zip(src, dst) if s_ == s} - set(dist))
+            for d in nxt:
+                dist[d] = dist[layer[0]] + 1
+            layer = nxt
+        co = {int(q) for q in np.nonzero(final)[0]}
+        grow = True
+        while grow:
+            new = {int(s) for s, d in zip(src, dst) if int(d) in co} - co
+            grow = bool(new)
+            co |= new
+        keep = [q in dist and q in co for q in range(S)]
+        order = sorted((q for q in range(S) if keep[q]), key=lambda q: (dist[q], q))
+        got_keep, got_order = _trim_states(S, src, dst, final, start)
+        assert got_keep.tolist() == keep
+        assert got_order.tolist() == order
