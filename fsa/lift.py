@@ -1238,7 +1238,8 @@ def _components(nfa: ByteNFA) -> list[_Component]:
 
 @dataclass(frozen=True)
 class _Template:
-    """A component's walk over relative states (see :func:`_template`).
+    """A component's walk over relative states, with its exits as sinks (see
+    :func:`_component_walks` and :func:`_template_of`).
 
     Edge contributions: relative source ``e_r``, destination ``e_d`` (relative state, or
     ``n + k`` for exit k) and row ``e_row`` of ``rows`` (uint32 [L, W]; ``row_hash`` uint64
@@ -1254,12 +1255,6 @@ class _Template:
     c_k: np.ndarray
     c_b: np.ndarray
     row_hash: np.ndarray
-
-
-def _template(comp: _Component, vocab: TokenVocabulary) -> _Template:
-    """Walk a component with its exits as sinks, from every relative state, over its own class
-    trie; token sets per (relative edge) packed, exits turned into byte-trie continuations."""
-    return _component_walks(comp, [], vocab)[0]
 
 
 def _template_of(comp: _Component, ct, r: np.ndarray, m: np.ndarray,
@@ -1371,6 +1366,9 @@ def _component_walks(comp: _Component, rels: list[int], vocab: TokenVocabulary, 
     if template:
         sel = s_all < n0
         tmpl = _template_of(comp, ct, s_all[sel], m_all[sel], node_all[sel], vocab)
+        # the entries' records apart once, not a pass over the template's records per rel
+        sel = ~sel
+        s_all, m_all, node_all = s_all[sel], m_all[sel], node_all[sel]
     tp = ct.term_ptr
     first_tok = _first_byte_of_token(vocab)
     first_node = _first_byte_of_node(vocab)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from operator import itemgetter
 
 _SECOND, _THIRD = itemgetter(1), itemgetter(2)
@@ -247,15 +248,11 @@ def codepoints(ranges: Iterable[tuple[int, int]]) -> ByteNFA:
     return ByteNFA(n, 0, frozenset({final}), edges)
 
 
-_ANY_CODEPOINT: list[ByteNFA] = []
-
-
+@cache
 def any_codepoint() -> ByteNFA:
     """Any one Unicode scalar value (valid UTF-8 only).  Built once and shared (NFAs are
     immutable): each build took ~60 us, twice per searched regex (measured here)."""
-    if not _ANY_CODEPOINT:
-        _ANY_CODEPOINT.append(codepoints([(0, MAX_CODEPOINT)]))
-    return _ANY_CODEPOINT[0]
+    return codepoints([(0, MAX_CODEPOINT)])
 
 
 # --------------------------------------------------------------------------- combinators
