@@ -400,6 +400,8 @@ def as_constraint(obj, vocab=None) -> Constraint:
     """
     if isinstance(obj, Constraint):
         return obj
+    if callable(getattr(obj, "as_constraint", None)):  # e.g. a UniqueItemsAutomaton
+        return obj.as_constraint()
     if hasattr(obj, "edge_src") and hasattr(obj, "labels") and hasattr(obj, "final"):
         return AutomatonConstraint(obj)
     if isinstance(obj, str):

@@ -306,13 +306,9 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
             elif all(isinstance(s, str) for s in sources):
                 state = A.start(U)
             else:
-                from ..fsa.state import AutomatonState
-
-                state = AutomatonState.cat([
-                    A.start(1) if isinstance(s, str)
-                    else adv.select([s]) if isinstance(s, int) else s
-                    for s in sources
-                ])
+                parts = [A.start(1) if isinstance(s, str)
+                         else adv.select([s]) if isinstance(s, int) else s for s in sources]
+                state = type(parts[0]).cat(parts)  # AutomatonState or a subclass
             packed_u = A.allowed_packed(state, remaining, self.mode)
 
         # full [B, W] mask: live rows take their prefix's mask, ended rows only EOS/pad

@@ -215,7 +215,7 @@ class TokenAutomaton(MaskMixin):
         meta.setdefault("byte_states", S0)
         meta["subsets_expanded"] = lifted.subsets_expanded
         meta["components"] = lifted.components
-        return cls(
+        out = cls(
             num_states=S,
             vocab_size=V,
             edge_src=torch.from_numpy(n_src[eorder].copy()),
@@ -228,6 +228,8 @@ class TokenAutomaton(MaskMixin):
             eos_token_ids=tuple(vocab.eos_token_ids),
             meta=meta,
         )
+        out._memo["byte_states"] = order  # int64 [S]: the lifted NFA's state of each state
+        return out
 
     # ------------------------------------------------------------------ sizes and views
 

@@ -18,6 +18,7 @@ __all__ = [
     "UnsatisfiableBudgetError",
     "UnsupportedSchemaError",
     "InvalidSchemaError",
+    "UnresolvedReferenceError",
     "GrammarError",
     "TokenError",
     "BudgetExceededError",
@@ -114,6 +115,27 @@ class InvalidSchemaError(TractableError, ValueError):
     def __init__(self, message: str, pointer: str = "#"):
         super().__init__(f"invalid JSON Schema at {pointer}: {message}")
         self.pointer = pointer
+
+
+class UnresolvedReferenceError(UnsupportedSchemaError):
+    """A ``$ref`` names a document that is neither the schema itself nor in the ``registry``
+    given to the compiler (documents are never fetched from the network).
+
+    Attributes: ``uri`` (the absolute URI of the missing document, fragment removed), ``ref``
+    (the reference as written), ``pointer`` (JSON pointer of the ``$ref``), ``keyword``
+    (``"$ref"``).
+    """
+
+    def __init__(self, uri: str, ref: str, pointer: str):
+        TractableError.__init__(
+            self, f"$ref {ref!r} at {pointer}: document {uri!r} is not available (pass it in "
+            "registry=: a referencing.Registry or a mapping URI -> schema; nothing is fetched "
+            "from the network)")
+        self.keyword = "$ref"
+        self.pointer = pointer
+        self.detail = f"document {uri!r} not in the registry"
+        self.uri = uri
+        self.ref = ref
 
 
 class GrammarError(TractableError, ValueError):

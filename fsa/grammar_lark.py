@@ -458,7 +458,8 @@ class _Compiler:
             return N.codepoints([(ord(ast[1]), ord(ast[2]))])
         if tag == "re":
             try:
-                return regex_to_nfa(ast[1], flags=ast[2])
+                # a lookaround in a terminal would see past the terminal: refused
+                return regex_to_nfa(ast[1], flags=ast[2], lookaround=False)
             except (InvalidRegexError, UnsupportedRegexError) as e:
                 raise GrammarError(f"regex /{ast[1]}/: {e}", rule, line) from e
         raise AssertionError(tag)

@@ -18,10 +18,14 @@ which are regular: :func:`number_range` builds them exactly, with O(digits of th
 
 String formats
 --------------
-:func:`format_nfa` gives the *decoded* string content of a format (no quotes, no escapes; every
-format here is ASCII-only and none contains ``"``, ``\\`` or a control character, so the content is
-its own JSON serialization).  Each format is exact where the RFC grammar is regular and small, and
-otherwise a documented **subset** (never a superset):
+:func:`format_nfa` gives the *decoded* string content of a format (no quotes, no escapes): valid
+UTF-8, non-ASCII in ``iri``, ``iri-reference``, ``uri-template``, ``json-pointer``,
+``relative-json-pointer`` and ``regex``, and the last three also contain ``"``, ``\\`` and control
+characters.  :mod:`.json_schema` rewrites each of those (single ASCII bytes, never inside a
+multi-byte sequence) into its JSON escape.  Each format is exact where the RFC grammar is regular
+and small, and otherwise a documented **subset** (never a superset); a subset also follows what
+the checkers of ``jsonschema`` (with its ``format-nongpl`` extras) refuse of a grammar, so that
+no accepted string fails format validation:
 
 * ``date`` (RFC 3339 full-date): exact, days per month and leap years (Feb 29 only in leap years).
 * ``time`` / ``date-time`` (RFC 3339): exact, except that a leap second ``:60`` is accepted only as
@@ -36,7 +40,27 @@ otherwise a documented **subset** (never a superset):
 * ``ipv4``: exact dotted quad without leading zeros.  ``ipv6``: exact RFC 4291 text forms (``::``
   compression, embedded IPv4 tail), no zone id.
 * ``uuid``: exact 8-4-4-4-12 hex digits, either case.
-* ``uri`` (RFC 3986 ``URI``): exact except that ``IPvFuture`` host literals are left out (subset).
+* ``uri`` / ``uri-reference`` (RFC 3986 ``URI`` / ``URI-reference``): exact, except that an
+  ``IPvFuture`` host literal takes a lowercase ``v`` only, as ``rfc3986-validator`` does (subset).
+* ``iri`` / ``iri-reference`` (RFC 3987): as ``uri`` (lowercase ``v``), and where
+  ``rfc3987-syntax`` (the checker) is narrower than RFC 3987: ``ucschar``/``iprivate`` from the
+  Basic Multilingual Plane only, and IPv6 host literals with all eight groups written or ``::``
+  standing for exactly one group (``[::1]`` is refused) (subset).
+* ``json-pointer`` (RFC 6901): exact (any Unicode scalar value; ``~`` only in ``~0``/``~1``).
+* ``relative-json-pointer`` (draft-handrews-relative-json-pointer-01): a non-negative integer
+  then ``#`` or a JSON pointer, exact except that the integer is ``0`` or ``[1-9]+0?``: the
+  checker refuses a ``0`` followed by a digit (``100``) (subset).  No index manipulation
+  (``0+1``, a later draft), which the checker refuses too.
+* ``uri-template`` (RFC 6570 level 4, with erratum 6937: ``'`` is a literal): exact except for
+  what the ``uri-template`` package refuses (a variable name starting with ``%XX``, a prefix
+  ``:N`` of four digits) and the reserved operators ``= , ! @ |`` (subset).
+* ``regex`` (ECMA-262): nesting parentheses is not regular; a subset valid both as ECMA-262 (with
+  or without the ``u`` flag) and for Python's ``re.compile`` (the checker): groups nested at
+  most :data:`~.json_formats_regex.REGEX_MAX_DEPTH` deep, no lookbehind, named groups or
+  backreferences, counts up to 999 with a simplified ``n <= m`` test for ``{n,m}`` (see
+  :mod:`.json_formats_regex`) (subset).
+
+The URI family is built in :mod:`.json_formats_uri`, ``regex`` in :mod:`.json_formats_regex`.
 """
 
 from __future__ import annotations
@@ -45,12 +69,17 @@ import math
 from decimal import Decimal
 from functools import cache
 
+from .json_formats_regex import regex_syntax
+from .json_formats_uri import ipv4 as _ipv4
+from .json_formats_uri import ipv6 as _ipv6
+from .json_formats_uri import uri as _uri
+from .json_formats_uri import uri_template as _uri_template
 from .nfa import (
     ByteNFA,
     _start_entered,
     byteset,
+    codepoints,
     concat,
-    empty,
     intersect,
     literal,
     mask_of,
@@ -517,42 +546,6 @@ def _hostname() -> ByteNFA:
     return union(*parts)
 
 
-def _ipv4() -> ByteNFA:
-    octet = union(
-        _d(0, 9),
-        concat(_d(1, 9), _d(0, 9)),
-        concat(literal("1"), _d(0, 9), _d(0, 9)),
-        concat(literal("2"), _d(0, 4), _d(0, 9)),
-        concat(literal("25"), _d(0, 5)),
-    )
-    dot = literal(".")
-    return concat(octet, dot, octet, dot, octet, dot, octet)
-
-
-def _ipv6() -> ByteNFA:
-    h16 = repeat(byteset(_HEX), 1, 4)
-    colon = literal(":")
-    v4 = _ipv4()
-
-    def groups(n: int) -> ByteNFA:  # exactly n groups separated by ':'
-        if n == 0:
-            return empty()
-        return concat(h16, *([concat(colon, h16)] * (n - 1)))
-
-    def upto(n: int) -> ByteNFA:  # right side: 0..n groups, or (n-2 groups ':')? ipv4
-        g = empty() if n <= 0 else optional(concat(h16, repeat(concat(colon, h16), 0, n - 1)))
-        tail = nothing()
-        if n >= 2:
-            tail = concat(repeat(concat(h16, colon), 0, n - 2), v4)
-        return union(g, tail)
-
-    full = union(groups(8), concat(groups(6), colon, v4))
-    comp = []
-    for i in range(0, 8):  # i groups left of '::'
-        comp.append(concat(groups(i), literal("::"), upto(7 - i)))
-    return union(full, *comp)
-
-
 def _uuid() -> ByteNFA:
     h = byteset(_HEX)
     return concat(repeat(h, 8, 8), literal("-"), repeat(h, 4, 4), literal("-"), repeat(h, 4, 4),
@@ -570,32 +563,23 @@ def _email() -> ByteNFA:
     return concat(union(dot_atom, quoted), literal("@"), domain)
 
 
-def _uri() -> ByteNFA:
-    unreserved = _ALNUM | _cls("-._~")
-    sub_delims = _cls("!$&'()*+,;=")
-    pct = concat(literal("%"), byteset(_HEX), byteset(_HEX))
-    pchar = union(byteset(unreserved | sub_delims | _cls(":@")), pct)
-    scheme = concat(byteset(_ALPHA), star(byteset(_ALNUM | _cls("+-."))))
-    userinfo = star(union(byteset(unreserved | sub_delims | _cls(":")), pct))
-    reg_name = star(union(byteset(unreserved | sub_delims), pct))
-    host = union(concat(literal("["), _ipv6(), literal("]")), _ipv4(), reg_name)
-    port = star(byteset(_DIGIT))
-    authority = concat(optional(concat(userinfo, literal("@"))), host,
-                       optional(concat(literal(":"), port)))
-    segment = star(pchar)
-    segment_nz = plus(pchar)
-    path_abempty = star(concat(literal("/"), segment))
-    path_absolute = concat(literal("/"), optional(concat(segment_nz, path_abempty)))
-    path_rootless = concat(segment_nz, path_abempty)
-    hier = union(concat(literal("//"), authority, path_abempty), path_absolute, path_rootless,
-                 empty())
-    qf = star(union(pchar, byteset(_cls("/?"))))
-    return concat(scheme, literal(":"), hier, optional(concat(literal("?"), qf)),
-                  optional(concat(literal("#"), qf)))
-
-
 def _date_time() -> ByteNFA:
     return concat(_date(), byteset(_cls("Tt")), _time())
+
+
+def _json_pointer() -> ByteNFA:
+    """RFC 6901: ``("/" reference-token)*``, ``~`` only in the escapes ``~0`` and ``~1``."""
+    unescaped = codepoints([(0, 0x2E), (0x30, 0x7D), (0x7F, 0x10FFFF)])
+    token = star(union(unescaped, literal("~0"), literal("~1")))
+    return star(concat(literal("/"), token))
+
+
+def _relative_json_pointer() -> ByteNFA:
+    """draft-handrews-relative-json-pointer-01: a non-negative integer, then ``#`` or a JSON
+    pointer.  ``jsonschema``'s checker refuses a ``0`` followed by another digit anywhere in
+    the integer (``100``), so the integers here are ``0`` and ``[1-9]+0?``."""
+    integer = union(literal("0"), concat(plus(byteset(_NZ)), optional(literal("0"))))
+    return concat(integer, union(literal("#"), _json_pointer()))
 
 
 _BUILDERS = {
@@ -609,6 +593,13 @@ _BUILDERS = {
     "ipv6": _ipv6,
     "uuid": _uuid,
     "uri": _uri,
+    "uri-reference": lambda: _uri(reference=True),
+    "iri": lambda: _uri(iri=True),
+    "iri-reference": lambda: _uri(reference=True, iri=True),
+    "uri-template": _uri_template,
+    "json-pointer": _json_pointer,
+    "relative-json-pointer": _relative_json_pointer,
+    "regex": regex_syntax,
 }
 
 #: Formats with an automaton (exact or a documented subset; see the module docstring).

@@ -1,9 +1,11 @@
 """JSON Schema → byte NFA → :class:`~.automaton.TokenAutomaton` (paper 002, §5.2 and §5.5).
 
-The automaton accepts exactly the *canonical serializations* (below) of the instances that are
-valid against the schema (Draft 2020-12 semantics; Draft 7/6/4 documents are accepted and read
-with their own ``items``/``additionalItems``/``$ref``/``exclusiveMaximum`` rules).  It is built
-compositionally from the :mod:`.nfa` primitives — literals, code-point classes, concatenation,
+With ``canonical=False`` the automaton accepts *every serialization* (RFC 8259) of the instances
+that are valid against the schema; with ``canonical=True`` (the default for now) only their
+*canonical serializations* (below).  Either way the instances are those valid against the
+schema (Draft 2020-12 semantics; Draft 7/6/4 documents are accepted and read with their own
+``items``/``additionalItems``/``$ref``/``exclusiveMaximum`` rules).  It is built compositionally
+from the :mod:`.nfa` primitives — literals, code-point classes, concatenation,
 union, bounded repetition and, for ``allOf``-style conjunctions of string/number constraints, the
 product :func:`~.nfa.intersect` — and is never determinized.  Sub-automata are shared: every
 (sub-schema conjunction, recursion context) is compiled once and the same :class:`ByteNFA` object
@@ -20,10 +22,14 @@ Canonical serialization (what :func:`serialize_instance` writes and the automato
   ``\\b \\f \\n \\r \\t``, and ``\\u00xx`` (lowercase hex) for the other control characters;
   every other character (including U+007F and non-ASCII) is written raw as UTF-8.  So every
   string has one serialization, ``minLength``/``maxLength`` count code points, and
-  ``pattern``/``format`` apply to the decoded characters: the pattern's byte automaton (over
-  decoded UTF-8) is rewritten so that each ``"``, ``\\`` or control byte on an edge becomes its
-  escape sequence — exact, because those characters are single ASCII bytes that never occur
-  inside a multi-byte UTF-8 sequence.
+  ``pattern``/``format`` apply to the decoded characters: the pattern's or format's byte
+  automaton (over decoded UTF-8; formats such as ``iri`` or ``json-pointer`` have non-ASCII,
+  quotes, backslashes and control characters too) is rewritten so that each ``"``, ``\\`` or
+  control byte on an edge becomes its escape sequence — exact, because those characters are
+  single ASCII bytes that never occur inside a multi-byte UTF-8 sequence.  A ``pattern`` is
+  ECMA-262 with search semantics, translated to Python ``re`` (:func:`_ecma_to_python`); its
+  lookahead and lookbehind are compiled exactly (:mod:`.regex_lookaround`; lookbehind must be
+  fixed-width, as in ``re``).
 * Numbers: canonical decimals without exponent (``1.0`` → ``1``, ``1e-05`` → ``0.00001``; see
   :mod:`.json_formats`).  ``integer`` is "a number with zero fractional part", so ``1.0`` *is* an
   integer and is written ``1``.
@@ -31,6 +37,27 @@ Canonical serialization (what :func:`serialize_instance` writes and the automato
   (``properties`` of the merged conjunction in order of first appearance, then keys that are only
   ``required``), then any additional keys.  With ``property_order="any"``: any order.  Values of
   ``enum``/``const`` are written with the key order they have in the schema.
+
+Every serialization (``canonical=False``)
+------------------------------------------
+* Whitespace: ``[ \\t\\n\\r]*`` in every gap between tokens and around the value (RFC 8259's
+  ``ws``; ``whitespace="flexible"`` bounds each gap at ``max_whitespace`` characters instead).
+  Unbounded gaps leave the GCD guarantee intact: distances to acceptance never count a
+  whitespace loop, so a walk within the budget still always closes the value.
+* Strings: every character raw (where JSON allows) or escaped in every way RFC 8259 allows
+  (``\\/``, ``\\uXXXX`` in either case, surrogate pairs), by the exact transduction of
+  :mod:`.json_strings` applied to each canonical string leaf; ``minLength``/``maxLength``,
+  ``pattern``, ``format``, ``enum``/``const`` and property names apply to the decoded string.
+  Lone surrogates (``"\\ud800"``) are not generated.
+* Numbers: every spelling (fraction, trailing zeros, exponent, ``-0``) with bounds,
+  ``integer`` and ``multipleOf`` decided on the value (:mod:`.json_numbers`); where the
+  exponent can change the verdict its value is bounded by ``max_exponent`` (a documented
+  subset: ``1e-05`` and ``2.5e3`` are generated, ``1e-99`` under ``maximum: 1`` is not).
+* Everything else (keyword semantics, property order) is as below: the canonical automaton is
+  built first and each string and number leaf is spelled, which is exact because the spellings
+  of different values are disjoint.  ``not`` of an enum/const removes every spelling (numbers
+  by the open intervals between the values; arrays of numbers are refused: a number has
+  spellings with any exponent).
 
 Semantics of keywords
 ---------------------
@@ -68,18 +95,32 @@ Semantics of keywords
 * ``if``/``then``/``else`` (Draft 7 on; earlier drafts ignore the words) is the disjoint union
   ``(if & then) | (not if & else)``, ``not if`` built as for ``not`` (refused where that has
   no exact form).
-* Recursive ``$ref`` is unrolled ``max_recursion_depth`` times; deeper occurrences are dropped
-  (the automaton accepts a *subset*: instances nested deeper are not generated), with a warning.
+* ``$ref`` resolves against ``$id`` base URIs, to JSON pointers and anchors, in the schema or
+  in the documents of ``registry`` (a ``referencing.Registry`` or a mapping URI -> schema;
+  never the network): :mod:`.json_refs`.  Recursive ``$ref`` (also through other documents) is
+  unrolled ``max_recursion_depth`` times; deeper occurrences are dropped (the automaton accepts
+  a *subset*: instances nested deeper are not generated), with a warning.
+* Unconstrained values (``true``, open ``additionalProperties``/``items``) are any JSON with
+  arrays/objects nested at most ``free_value_depth`` (:data:`FREE_VALUE_DEPTH` = 6) levels,
+  the values of properties an object does not list (``additionalProperties`` unspecified beside
+  ``properties``) :data:`UNLISTED_VALUE_DEPTH` = 2 levels: a documented subset, which warns
+  only when ``free_value_depth`` is lowered below the default.
 * ``patternProperties`` is supported for declared keys, and for additional keys when the patterns
   are pairwise disjoint and ``additionalProperties`` is ``false`` (or the pattern schemas are
   trivially true) — otherwise the key language needs a regex complement.
 * Additional (undeclared) keys exclude all declared names.  They cannot be made pairwise distinct
   by a finite automaton: two *additional* keys may repeat (declared keys never do).
+* ``uniqueItems: true`` is exact (:mod:`.unique_compile`): small finite item domains give a
+  regular automaton over the sets of values used; other arrays are built with marker bytes and
+  checked per request at token level (:mod:`.unique_items`), which only
+  :func:`compile_json_schema` does (:func:`json_schema_to_nfa` refuses them).
 * Not supported (:class:`UnsupportedSchemaError`; dropped with a warning under ``lenient``):
   the ``not`` forms above that have no exact negation (also as the negation of an ``if``),
-  ``uniqueItems: true`` (unless ``maxItems <= 1``), ``contains`` with ``maxContains``,
-  ``unevaluated*`` (other than ``true``), ``$dynamicRef``, non-local ``$ref``, formats the
-  ``jsonschema`` package checks that have no automaton here.  Other unknown keywords are
+  ``contains`` with ``maxContains``,
+  ``unevaluated*`` (other than ``true``), ``$dynamicRef``, ``$ref`` to a document
+  not in ``registry`` (:class:`~.errors.UnresolvedReferenceError`), formats the
+  ``jsonschema`` package checks that have no automaton here (``idn-email``, ``idn-hostname``,
+  ``color``).  Other unknown keywords are
   annotations by the JSON Schema spec and are ignored; ``meta["ignored_keywords"]`` lists them.
 """
 
@@ -101,8 +142,13 @@ from .json_formats import (
     multiple_of,
     number_nfa,
     number_range,
+    to_decimal,
 )
+from .json_numbers import MAX_NUMBER_STATES, number_language
+from .json_refs import RefResolver
+from .json_strings import all_spellings
 from .nfa import ByteNFA
+from .unique_compile import demark, unique_array
 
 __all__ = [
     "compile_json_schema",
@@ -111,8 +157,25 @@ __all__ = [
     "JsonSchemaCompiler",
     "MAX_COMBINATIONS",
     "MAX_ANY_ORDER_PROPERTIES",
+    "FREE_VALUE_DEPTH",
+    "UNLISTED_VALUE_DEPTH",
 ]
 
+#: Nesting depth of the arrays/objects generated for an unconstrained value (schema ``true``,
+#: ``{}``, open ``additionalProperties``/``items``) by default; configuration files nest 6-9
+#: levels inside such values.  Exact depth-d JSON needs ~2^d states (one per stack of open
+#: brackets; no NFA does better), and every occurrence is its own copy (an ``items: {}`` with
+#: ``maxItems: 10`` holds ten).  Byte states of one free value, canonical (any whitespace and
+#: spelling): depth 2: 314 (549), 4: 1,418 (2,505), 6: 5,834 (10,329), 8: 23,498 (41,625).
+#: Depth 8 made the Test Suite's fast subset 3.4 -> 72 s and a three-property schema with two
+#: free values 118k byte states, 3.2 s per Llama-3 compile (6: 21 s, 29k states, 0.7 s).  A
+#: deeper ``free_value_depth`` can be asked for (no warning); a shallower one warns.
+FREE_VALUE_DEPTH = 6
+#: ... and of the values of the properties an object does not list (``additionalProperties``
+#: unspecified beside ``properties``/``patternProperties``: what ``strict=True`` drops).  Every
+#: such object carries its own copy of a free value: every pydantic model, most objects of
+#: real schemas.  An explicit ``free_value_depth`` applies to these too.
+UNLISTED_VALUE_DEPTH = 2
 #: Most anyOf/oneOf leaves one schema node may distribute into.
 MAX_COMBINATIONS = 256
 #: Most declared properties an object may have under ``property_order="any"`` (2^n subsets).
@@ -157,12 +220,12 @@ _UNSUPPORTED = {
 }
 #: Formats the ``jsonschema`` package can check (with its optional dependencies) but that have no
 #: automaton here: refusing them keeps the compiler sound against a format-checking validator.
-_CHECKED_FORMATS = {
-    "idn-email", "idn-hostname", "regex", "uri-reference", "iri", "iri-reference",
-    "json-pointer", "relative-json-pointer", "uri-template", "color",
-}
+_CHECKED_FORMATS = {"idn-email", "idn-hostname", "color"}
 
 _WS_MASK = N.mask_of(b" \t\n\r")
+#: Whitespace settings: none, up to ``max_whitespace`` characters per gap, any (RFC 8259 ws).
+_WHITESPACE = ("compact", "flexible", "any")
+_WS_ANY = N.star(N.byteset(_WS_MASK))
 #: A value automaton built for one use is left raw: ``build`` finalizes everything around it
 #: in one pass (finalizing each nested part as it was built re-walked inner states once per
 #: nesting level: 63 -> 30 ms of ``_canonical`` over ten Github_medium schemas, the same token
@@ -487,6 +550,24 @@ def _json_eq(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _enum_values(flat) -> list | None:
+    """The values the ``enum``/``const`` keywords of the conjunction ``flat`` allow (their
+    intersection, by JSON equality), or None when no node has either keyword."""
+    out: list | None = None
+    for s, _p in flat:
+        vals = None
+        if "const" in s:
+            vals = [s["const"]]
+        if "enum" in s:
+            ev = s["enum"]
+            vals = list(ev) if vals is None else [v for v in vals
+                                                  if any(_json_eq(v, e) for e in ev)]
+        if vals is not None:
+            out = list(vals) if out is None else [v for v in out
+                                                  if any(_json_eq(v, e) for e in vals)]
+    return out
+
+
 def _kind(v: Any) -> str:
     if v is None:
         return "null"
@@ -630,6 +711,11 @@ class _Synth(dict):
     __slots__ = ()
 
 
+#: The schema of the value of a property an object does not list (``additionalProperties``
+#: unspecified): free, generated :data:`UNLISTED_VALUE_DEPTH` deep by default.
+_UNLISTED = _Synth({"$unlisted": True})
+
+
 class _NoNegation(Exception):
     """A ``not``/overlapping ``oneOf`` operand this compiler cannot negate exactly."""
 
@@ -642,6 +728,54 @@ class _NoNegation(Exception):
 _ALL_BYTES = (1 << 256) - 1
 _HAS_DOT = ByteNFA(2, 0, frozenset({1}), ((0, _ALL_BYTES & ~(1 << 0x2E), 0), (0, 1 << 0x2E, 1),
                                           (1, _ALL_BYTES, 1)))
+
+
+def _scalars(v: Any):
+    """The scalars inside a JSON value (depth first)."""
+    if isinstance(v, (list, tuple)):
+        for x in v:
+            yield from _scalars(x)
+    elif isinstance(v, dict):
+        for x in v.values():
+            yield from _scalars(x)
+    else:
+        yield v
+
+
+#: The exponent bound :func:`~.json_numbers.number_language` uses for ``integer`` by default.
+_INTEGER_MAX_EXPONENT = 16
+
+
+def _bounded_numbers(max_exponent: int) -> ByteNFA:
+    """The number spellings :func:`~.json_numbers.number_language` can generate for
+    ``integer`` with this exponent bound: a zero mantissa with any exponent, a scientific
+    mantissa (one nonzero integer digit) with an exponent of value at most ``max_exponent``,
+    any other mantissa with an exponent of value 0.  A complement of number spellings is
+    taken within it, so that it is exact."""
+    key = ("bounded-numbers", max_exponent)
+    hit = _SHARED.get(key)
+    if hit is None:
+        from .regex import regex_to_nfa
+
+        exp = "|".join(str(i) for i in range(max_exponent + 1))
+        hit = _share(key, N.finalize(regex_to_nfa(
+            rf"-?0(\.0+)?([eE][+-]?[0-9]+)?"
+            rf"|-?[1-9](\.[0-9]+)?[eE][+-]?0*({exp})"
+            rf"|-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?0+)?")))
+    return hit
+
+
+def _non_integral(max_exponent: int | None) -> ByteNFA:
+    """Spellings of numbers with a nonzero fractional value (``not: {type: integer}``), exact
+    for exponents within ``max_exponent``: the bounded spellings minus the integral ones."""
+    key = ("non-integral", max_exponent)
+    hit = _SHARED.get(key)
+    if hit is None:
+        max_exponent = _INTEGER_MAX_EXPONENT if max_exponent is None else max_exponent
+        ints = number_language(None, False, None, False, True, (), max_exponent)
+        hit = _share(key, N.finalize(N.intersect(_bounded_numbers(max_exponent),
+                                                 _complement_content(ints))))
+    return hit
 
 
 def _not_literals(lits: list[bytes]) -> ByteNFA:
@@ -768,12 +902,86 @@ def _meta_validator(cls):
     Built once per process and draft."""
     v = _META.get(cls)
     if v is None:
-        import jsonschema
-
-        meta = (_draft2020_meta_schema() if cls is jsonschema.Draft202012Validator
-                else cls.META_SCHEMA)
-        v = _META[cls] = cls(_inline_definitions(meta), format_checker=cls.FORMAT_CHECKER)
+        v = _META[cls] = cls(_meta_schema(cls.__name__), format_checker=cls.FORMAT_CHECKER)
     return v
+
+
+#: ``$schema`` URIs (normalized as ``jsonschema``'s ``validator_for`` does: no empty fragment)
+#: -> name of the ``jsonschema`` validator class, and of the meta-schema in
+#: ``jsonschema_specifications``.
+_DIALECTS = {
+    "http://json-schema.org/draft-03/schema": "Draft3Validator",
+    "http://json-schema.org/draft-04/schema": "Draft4Validator",
+    "http://json-schema.org/draft-06/schema": "Draft6Validator",
+    "http://json-schema.org/draft-07/schema": "Draft7Validator",
+    "https://json-schema.org/draft/2019-09/schema": "Draft201909Validator",
+    "https://json-schema.org/draft/2020-12/schema": "Draft202012Validator",
+}
+
+
+def _validator_name(schema: Any) -> str | None:
+    """Name of the ``jsonschema`` class ``validator_for(schema, default=Draft 2020-12)`` picks,
+    without importing ``jsonschema``; None for a ``$schema`` it does not know."""
+    if not isinstance(schema, dict) or "$schema" not in schema:
+        return "Draft202012Validator"
+    ms = schema["$schema"]
+    if not isinstance(ms, str):
+        return None
+    return _DIALECTS.get(ms[:-1] if ms.endswith("#") else ms)
+
+
+def _meta_schema(name: str) -> dict:
+    """The meta-schema (definitions inlined; Draft 2020-12 flattened) of validator class
+    ``name``, read from ``jsonschema_specifications`` (what ``cls.META_SCHEMA`` is) without
+    importing ``jsonschema``: importing it costs ~1 s where its optional format checkers are
+    installed (``rfc3987-syntax`` builds 39 Lark parsers at import).  Once per process."""
+    meta = _META.get(name)
+    if meta is None:
+        if name == "Draft202012Validator":
+            raw = _draft2020_meta_schema()
+        else:
+            from jsonschema_specifications import REGISTRY
+
+            uri = next(u for u, n in _DIALECTS.items() if n == name)
+            raw = REGISTRY.contents(uri + ("#" if "draft-0" in uri else ""))
+        meta = _META[name] = _inline_definitions(raw)
+    return meta
+
+
+_PCHAR = r"(?:[A-Za-z0-9_.~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})"
+_QUERY = r"(?:[A-Za-z0-9_.~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*"
+_AUTH = r"(?:[A-Za-z0-9_.~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*(?::[0-9]*)?"
+_PATHS = (rf"(?://{_AUTH}(?:/{_PCHAR}*)*|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?"
+          rf"|{_PCHAR}+(?:/{_PCHAR}*)*|)")
+_TAIL = rf"(?:\?{_QUERY})?(?:#{_QUERY})?"
+#: Conservative subsets of RFC 3986 ``URI`` and ``URI-reference`` (no user info, no IP
+#: literals, ASCII only): a string they match is valid under every checker ``jsonschema`` may
+#: use (rfc3987, rfc3986-validator, or none).  A string they miss is not shown valid here and
+#: goes to ``jsonschema``.
+_URI_RE = re.compile(rf"[A-Za-z][A-Za-z0-9+.-]*:{_PATHS}{_TAIL}")
+_URI_REF_RE = re.compile(
+    rf"(?:[A-Za-z][A-Za-z0-9+.-]*:{_PATHS}|(?://{_AUTH}(?:/{_PCHAR}*)*"
+    rf"|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|(?:[A-Za-z0-9_.~!$&'()*+,;=@-]|%[0-9A-Fa-f]{{2}})+"
+    rf"(?:/{_PCHAR}*)*|)){_TAIL}")
+
+
+def _meta_format_ok(x: Any, fmt: str) -> bool:
+    """True only if ``x`` conforms to the meta-schemas' ``format`` ``fmt`` (``regex``, ``uri``,
+    ``uri-reference``) under ``jsonschema``'s format checker, whatever checker libraries are
+    installed; False means "not shown here"."""
+    if not isinstance(x, str):
+        return True  # formats apply to strings only
+    if fmt == "regex":
+        try:
+            re.compile(x)  # what jsonschema's checker does
+        except re.error:
+            return False
+        return True
+    if fmt == "uri":
+        return _URI_RE.fullmatch(x) is not None
+    if fmt == "uri-reference":
+        return _URI_REF_RE.fullmatch(x) is not None
+    return False
 
 
 #: Meta-schema keywords :func:`_meta_ok` ignores (annotations and definition containers).
@@ -791,8 +999,9 @@ _META_TYPES = {
 
 def _meta_ok(meta: Any, x: Any, root: dict, cls) -> bool:
     """True only if ``x`` is valid against the meta-schema node ``meta`` (``root``: the
-    meta-schema :func:`_meta_validator` validates with, ``cls``: its validator class); False
-    means "not shown valid here", and the caller asks ``jsonschema`` for the verdict and the
+    meta-schema :func:`_meta_validator` validates with, ``cls``: its validator class or that
+    class's name); False means "not shown valid here", and the caller asks ``jsonschema`` for
+    the verdict and the
     first error.  A direct interpreter of the few keywords meta-schemas use; any other keyword,
     a non-local ``$ref`` or a value outside the cases handled gives False.  Same verdict on every
     schema where it returns True (all 9,557 JSONSchemaBench schemas and the Test Suite under
@@ -814,8 +1023,9 @@ def _meta_ok(meta: Any, x: Any, root: dict, cls) -> bool:
             elif not any(_META_TYPES[t](x) if t in _META_TYPES else False for t in v):
                 return False
         elif k == "$ref":
-            if len(meta) > 1 and cls.__name__ in ("Draft4Validator", "Draft6Validator",
-                                                   "Draft7Validator", "Draft3Validator"):
+            name = cls if isinstance(cls, str) else cls.__name__
+            if len(meta) > 1 and name in ("Draft4Validator", "Draft6Validator",
+                                          "Draft7Validator", "Draft3Validator"):
                 return False  # siblings of $ref are ignored before 2019-09: not handled here
             if v == "#":
                 if not _meta_ok(root, x, root, cls):
@@ -875,7 +1085,7 @@ def _meta_ok(meta: Any, x: Any, root: dict, cls) -> bool:
                 elif k == "minimum" and meta.get("exclusiveMinimum") is True and x == v:
                     return False
         elif k == "format":
-            if not cls.FORMAT_CHECKER.conforms(x, v):
+            if not _meta_format_ok(x, v):
                 return False
         elif k == "pattern":
             if isinstance(x, str) and re.search(v, x) is None:  # re caches the compiled v
@@ -937,22 +1147,30 @@ class JsonSchemaCompiler:
         self,
         schema: Any,
         *,
-        whitespace: str = "compact",
+        whitespace: str | None = None,
         max_whitespace: int = 4,
         property_order: str = "schema",
         max_recursion_depth: int = 3,
         lenient: bool = False,
         validate: bool = True,
         assert_formats: bool = True,
-        free_value_depth: int = 2,
+        canonical: bool = True,
+        max_exponent: int | None = None,
+        free_value_depth: int | None = None,
         strict: bool = False,
+        registry: Any = None,
     ):
-        if whitespace not in ("compact", "flexible"):
-            raise ValueError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
+        if whitespace is None:
+            whitespace = "compact" if canonical else "any"
+        if whitespace not in _WHITESPACE:
+            raise ValueError(f"whitespace must be one of {_WHITESPACE}, not {whitespace!r}")
         if property_order not in ("schema", "any"):
             raise ValueError(f"property_order must be 'schema' or 'any', not {property_order!r}")
         if max_recursion_depth < 0 or max_whitespace < 0:
             raise ValueError("max_recursion_depth and max_whitespace must be >= 0")
+        if free_value_depth is not None and free_value_depth < 0:
+            raise ValueError("free_value_depth must be >= 0")
+        schema = _schema_of(schema)
         if isinstance(schema, str):
             try:
                 schema = json.loads(schema)
@@ -969,15 +1187,27 @@ class JsonSchemaCompiler:
         self.strict_used = False
         self.legacy_dependencies: set[str] = set()
         self.max_depth = max_recursion_depth
-        self.free_depth = free_value_depth
+        self.free_depth = FREE_VALUE_DEPTH if free_value_depth is None else free_value_depth
+        self.unlisted_depth = (min(self.free_depth, UNLISTED_VALUE_DEPTH)
+                               if free_value_depth is None else self.free_depth)
         self.dropped: list[tuple[str, str, str]] = []
         self.ignored: set[str] = set()
         self.truncated: set[str] = set()
+        self.canonical = canonical
+        if max_exponent is not None and max_exponent < 0:
+            raise ValueError("max_exponent must be >= 0")
+        self.max_exponent = max_exponent
         flexible = whitespace == "flexible" and max_whitespace > 0
-        self.ws = N.repeat(N.byteset(_WS_MASK), 0, max_whitespace) if flexible else None
-        self._ws_key = max_whitespace if flexible else 0
-        self._validator = self._make_validator(schema, validate)
+        if whitespace == "any":
+            self.ws = _WS_ANY
+        else:
+            self.ws = N.repeat(N.byteset(_WS_MASK), 0, max_whitespace) if flexible else None
+        # shared automata (free values) depend on the whitespace and the spelling
+        self._ws_key = (whitespace, max_whitespace if flexible else 0, canonical)
+        self.registry = registry
+        self._make_validator(schema, validate)
         self.draft = self._draft(schema)
+        self._refs = RefResolver(schema, registry, self.draft)
         ms = schema.get("$schema") if isinstance(schema, dict) else None
         if isinstance(ms, str) and not re.match(
                 r"https?://json-schema\.org/(draft-0[3467]/schema|draft/20(19-09|20-12)/schema)#?$",
@@ -1006,22 +1236,45 @@ class JsonSchemaCompiler:
         return 2020
 
     @staticmethod
-    def _make_validator(schema: Any, validate: bool):
-        try:
+    def _make_validator(schema: Any, validate: bool) -> None:
+        """Check ``schema`` against its meta-schema: :class:`InvalidSchemaError` with the
+        pointer of ``jsonschema``'s first error.  :func:`_meta_ok` on the meta-schema read
+        without importing ``jsonschema`` (:func:`_meta_schema`) shows most valid schemas valid
+        in well under a millisecond; the others get ``jsonschema``'s verdict."""
+        if not validate:
+            return
+        name = _validator_name(schema)
+        if name is not None:
+            meta = _meta_schema(name)
+            if _meta_ok(meta, schema, meta, name):
+                return
+        import jsonschema
+        from jsonschema.validators import validator_for
+
+        cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+        meta_v = _meta_validator(cls)
+        error = next(meta_v.iter_errors(schema), None)
+        if error is not None:
+            path = "#" + "".join("/" + str(p).replace("~", "~0").replace("/", "~1")
+                                 for p in error.path)
+            raise InvalidSchemaError(error.message, path)
+
+    @property
+    def _validator(self):
+        """``jsonschema``'s validator of the root schema (enum values, serialization), built on
+        first use, resolving ``$ref`` with the same registry as the compiler: it never fetches
+        from the network either."""
+        v = self.__dict__.get("_jsv")
+        if v is None:
             import jsonschema
             from jsonschema.validators import validator_for
-        except ImportError:  # pragma: no cover - jsonschema is a declared dependency
-            return None
-        cls = validator_for(schema, default=jsonschema.Draft202012Validator)
-        if validate:
-            meta = _meta_validator(cls)
-            ok = _meta_ok(meta.schema, schema, meta.schema, cls)
-            error = None if ok else next(meta.iter_errors(schema), None)
-            if error is not None:
-                path = "#" + "".join("/" + str(p).replace("~", "~0").replace("/", "~1")
-                                     for p in error.path)
-                raise InvalidSchemaError(error.message, path)
-        return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+            from .json_refs import jsonschema_registry
+
+            cls = validator_for(self.root, default=jsonschema.Draft202012Validator)
+            v = self._jsv = cls(self.root, format_checker=cls.FORMAT_CHECKER,
+                                registry=jsonschema_registry(self.registry, self.root))
+        return v
 
     # ------------------------------------------------------------------ errors
 
@@ -1033,49 +1286,10 @@ class JsonSchemaCompiler:
     # ------------------------------------------------------------------ references
 
     def _resolve(self, ref: str, pointer: str) -> tuple[Any, str]:
-        root_id = self.root.get("$id") if isinstance(self.root, dict) else None
-        if root_id and ref.startswith(root_id.rstrip("#")) and ref != root_id.rstrip("#"):
-            ref = ref[len(root_id.rstrip("#")):]
-        elif root_id and ref == root_id.rstrip("#"):
-            ref = "#"
-        if not ref.startswith("#"):
-            raise UnsupportedSchemaError("$ref", pointer, f"non-local reference {ref!r}")
-        frag = ref[1:]
-        if frag and not frag.startswith("/"):
-            found = self._find_anchor(self.root, frag, "#")
-            if found is None:
-                raise InvalidSchemaError(f"$ref {ref!r}: no $anchor {frag!r}", pointer)
-            return found
-        node = self.root
-        from urllib.parse import unquote
-
-        parts = [unquote(p).replace("~1", "/").replace("~0", "~")
-                 for p in frag.split("/")[1:]] if frag else []
-        for p in parts:
-            if isinstance(node, dict) and p in node:
-                node = node[p]
-            elif isinstance(node, list) and p.isdigit() and int(p) < len(node):
-                node = node[int(p)]
-            else:
-                raise InvalidSchemaError(f"$ref {ref!r} does not resolve", pointer)
-        return node, _ptr("#", *parts)
-
-    def _find_anchor(self, node: Any, name: str, ptr: str):
-        if isinstance(node, dict):
-            if node.get("$anchor") == name or node.get("$id") == "#" + name:
-                return node, ptr
-            for k, v in node.items():
-                if k in ("enum", "const", "default", "examples"):
-                    continue
-                r = self._find_anchor(v, name, _ptr(ptr, k))
-                if r is not None:
-                    return r
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                r = self._find_anchor(v, name, _ptr(ptr, i))
-                if r is not None:
-                    return r
-        return None
+        """The node the ``$ref`` ``ref`` at ``pointer`` names and its pointer (``#/...`` in the
+        root schema, ``<URI>#/...`` in a registry document): see :mod:`.json_refs`.  Raises
+        :class:`~.errors.UnresolvedReferenceError` for a document not in the registry."""
+        return self._refs.resolve(ref, pointer)
 
     def _reachable_refs(self, node: Any, ptr: str) -> frozenset[str]:
         """Ref targets reachable from ``node`` (transitively)."""
@@ -1115,8 +1329,8 @@ class JsonSchemaCompiler:
             if k in _SUPPORTED or k in _ANNOTATIONS:
                 continue
             if k in _UNSUPPORTED:
-                if k == "uniqueItems" and (v is False or s.get("maxItems", 2) <= 1):
-                    continue
+                if k == "uniqueItems":
+                    continue  # enforced by _array (see .unique_compile)
                 if k == "maxContains" and "contains" not in s:
                     continue
                 if k in ("unevaluatedProperties", "unevaluatedItems") and v is True:
@@ -1415,9 +1629,11 @@ class JsonSchemaCompiler:
         if hit is not None:  # the same conjunction reached through other $refs / pointers
             return self._reused(hit, key, fkey)
         leaves = self._leaves(items, stack, ex)
-        if len(leaves) == 1 and leaves[0] is _SHARED.get(("any", self.free_depth, self._ws_key)):
+        depth = next((d for d in (self.free_depth, self.unlisted_depth) if len(leaves) == 1
+                      and leaves[0] is _SHARED.get(("any", d, self._ws_key))), None)
+        if depth is not None:
             # an unconstrained value: the same automaton for every compiler
-            skey = ("any-value", self.free_depth, self._ws_key)
+            skey = ("any-value", depth, self._ws_key)
             out = _SHARED.get(skey)
             if out is None:
                 out = _share(skey, N.finalize(N.union(*leaves[0].parts.values())))
@@ -1471,7 +1687,9 @@ class JsonSchemaCompiler:
         else:
             flat, disj, st = ex
             if not disj and all(not (set(s) & _VALIDATION) for s, _ in flat):
-                self._cache[key] = self._cache[fkey] = out = [self._any_leaf(self.free_depth)]
+                unlisted = flat and all(s is _UNLISTED for s, _ in flat)
+                depth = self.unlisted_depth if unlisted else self.free_depth
+                self._cache[key] = self._cache[fkey] = out = [self._any_leaf(depth)]
                 return out
             combos = 1
             for _, br, dp in disj:
@@ -1601,6 +1819,8 @@ class JsonSchemaCompiler:
     def _overlap_type(self, a: _Leaf, b: _Leaf, t: str) -> str:
         """Why the type-t parts of two leaves may share an instance ("" when provably not)."""
         x, y = a.parts[t], b.parts[t]
+        if getattr(self, "marked", False):  # uniqueItems arrays: compare the plain languages
+            x, y = demark(x), demark(y)
         if t == "object":
             if self._excluded(a, b) or self._excluded(b, a):
                 return ""
@@ -1620,8 +1840,9 @@ class JsonSchemaCompiler:
             if b.object_keys is not None and k not in b.object_keys:
                 return True
             y = b.key_values.get(k)
-            if y is None or _may_hold_object(x) or _may_hold_object(y):
+            if y is None or _may_hold_object(demark(x)) or _may_hold_object(demark(y)):
                 continue
+            x, y = demark(x), demark(y)
             if _is_empty(N.intersect(x, y)):
                 return True
         return False
@@ -1638,11 +1859,12 @@ class JsonSchemaCompiler:
             return hit
         from .json_formats import _Builder
 
-        string = N.concat(_QUOTE, _BODY, _QUOTE)
+        string = self._spell(N.concat(_QUOTE, _BODY, _QUOTE))
         parts = {
             "null": N.literal("null"),
             "boolean": N.union(N.literal("true"), N.literal("false")),
-            "number": number_nfa(False),
+            "number": number_nfa(False) if self.canonical else self._numbers(
+                None, False, None, False),
             "string": string,
         }
         open_a = N.concat(N.literal("["), self.ws) if self.ws else N.literal("[")
@@ -1701,21 +1923,7 @@ class JsonSchemaCompiler:
             types &= allowed
             if s.get("$fraction") is True and isinstance(s, _Synth):
                 types &= {"fraction"}
-        # enum / const
-        enum_values: list | None = None
-        for s, _p in flat:
-            vals = None
-            if "const" in s:
-                vals = [s["const"]]
-            if "enum" in s:
-                ev = s["enum"]
-                vals = ev if vals is None else [v for v in vals if any(_json_eq(v, e) for e in ev)]
-            if vals is None:
-                continue
-            if enum_values is None:
-                enum_values = list(vals)
-            else:
-                enum_values = [v for v in enum_values if any(_json_eq(v, e) for e in vals)]
+        enum_values = _enum_values(flat)
         if enum_values is not None:
             return self._enum_leaf(flat, types, enum_values)
         parts: dict[str, ByteNFA] = {}
@@ -1727,7 +1935,7 @@ class JsonSchemaCompiler:
         if "integer" in types or "fraction" in types:
             a = self._number(flat, integer="fraction" not in types)
             if "integer" not in types:
-                a = N.intersect(a, _HAS_DOT)
+                a = N.intersect(a, _HAS_DOT if self.canonical else self._non_integral())
             if not _is_empty(a):
                 parts["number"] = a
         if "string" in types:
@@ -1746,8 +1954,23 @@ class JsonSchemaCompiler:
         for s, _p in flat:
             if isinstance(s, _Synth) and "$not-enum" in s:
                 self._exclude_values(parts, *s["$not-enum"])
+        if "string" in parts:
+            parts["string"] = self._spell(parts["string"])
         return _Leaf(parts, required_values, object_keys, self._free_types(flat, types, parts),
                      key_values)
+
+    def _non_integral(self) -> ByteNFA:
+        return _non_integral(self.max_exponent)
+
+    def _spell(self, a: ByteNFA) -> ByteNFA:
+        """Every spelling of the canonical quoted strings ``a`` (itself when ``canonical``);
+        cached on ``a`` (shared bodies, keys and formats are spelled once)."""
+        if self.canonical:
+            return a
+        hit = a._cache.get("spelled")
+        if hit is None:
+            hit = a._cache["spelled"] = all_spellings(a)
+        return hit
 
     @staticmethod
     def _free_types(flat, types: set[str], parts: dict[str, ByteNFA]) -> frozenset[str]:
@@ -1766,10 +1989,11 @@ class JsonSchemaCompiler:
         return frozenset(out)
 
     def _exclude_values(self, parts: dict[str, ByteNFA], values: list, ptr: str) -> None:
-        """Remove the canonical serializations of ``values`` from ``parts`` (``not`` of an
-        enum/const): exact for values with one serialization (scalars; arrays of scalars in
-        compact whitespace), refused for values containing objects."""
-        lits: dict[str, list[bytes]] = {}
+        """Remove ``values`` from ``parts`` (``not`` of an enum/const), before strings are
+        spelled: canonical literals where a value has one serialization there (null, booleans,
+        strings; everything when canonical and compact), otherwise by complement of the
+        values' spellings; refused for values containing objects (any key order)."""
+        lits: dict[str, list[Any]] = {}
         for v in values:
             try:
                 k = _kind(v)
@@ -1779,24 +2003,46 @@ class JsonSchemaCompiler:
             if t not in parts:
                 continue
             text = _dumps(v)
-            if t == "object" or (t == "array" and (self.ws is not None or "{" in text)):
-                self._unsupported("not", ptr, "enum/const values containing objects (or arrays "
-                                  "under flexible whitespace) have several serializations")
+            if t == "object" or "{" in text:
+                self._unsupported("not", ptr, "enum/const values containing objects have "
+                                  "serializations in every key order")
                 continue
-            lits.setdefault(t, []).append(text.encode())
-        for t, ls in lits.items():
-            a = N.intersect(parts[t], _not_literals(ls))
+            lits.setdefault(t, []).append(v)
+        for t, vs in lits.items():
+            if t in ("null", "boolean", "string") or (
+                    self.canonical and (t != "array" or self.ws is None)):
+                a = N.intersect(parts[t], _not_literals([_dumps(v).encode() for v in vs]))
+            else:
+                # every spelling of the values: remove them by complement (number spellings
+                # have bounded exponents everywhere, so the complement is exact on them)
+                if t == "array" and any(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                        for x in _scalars(vs)):
+                    self._unsupported("not", ptr, "enum/const arrays of numbers: a number has "
+                                      "spellings with any exponent")
+                    continue
+                if t == "number":  # x != v1, ..., vk: the open intervals between them
+                    cuts = sorted({to_decimal(v) for v in vs})
+                    bounds = [None, *cuts, None]
+                    c = N.union(*[self._numbers(bounds[i], True, bounds[i + 1], True)
+                                  for i in range(len(cuts) + 1)])
+                else:
+                    c = _complement_content(N.union(*[self._value_nfa(v) for v in vs]))
+                if c is None:
+                    self._unsupported("not", ptr, "the complement of the enum/const values "
+                                      f"needs over {MAX_COMPLEMENT_STATES} states")
+                    continue
+                a = N.intersect(parts[t], c)
             if _is_empty(a):
                 del parts[t]
             else:
                 parts[t] = a
 
     def _valid_flat(self, v: Any, flat) -> bool:
-        if self._validator is None:
-            raise UnsupportedSchemaError("enum", flat[0][1], "needs the jsonschema package")
         for s, _ in flat:
             sub = {k: x for k, x in s.items() if k not in ("enum", "const", "anyOf", "oneOf",
                                                            "allOf", "$ref")}
+            if self.draft >= 6 and all(k == "type" or k in _ANNOTATIONS for k in sub):
+                continue  # the caller keeps only values of the conjunction's types
             if not self._validator.evolve(schema=sub).is_valid(v):
                 return False
         return True
@@ -1818,13 +2064,52 @@ class JsonSchemaCompiler:
                 continue
             seen.append(v)
             t = "number" if k in ("integer", "fraction") else k
-            parts.setdefault(t, []).append(N.literal(self._dump_ws(v)))
+            parts.setdefault(t, []).append(self._value_nfa(v))
         return _Leaf({t: N.union(*ls) for t, ls in parts.items()}, {})
 
-    def _dump_ws(self, v: Any) -> str:
-        return _dumps(v)
+    def _value_nfa(self, v: Any) -> ByteNFA:
+        """Every serialization of the JSON value ``v`` that this compiler's language allows
+        (objects keep ``v``'s key order): the canonical literal when ``canonical`` and compact,
+        otherwise built structurally (whitespace gaps, number and string spellings)."""
+        if self.canonical and self.ws is None:
+            return N.literal(_dumps(v))
+        if isinstance(v, dict):
+            open_, close = self._brackets("{", "}")
+            items = [N.concat(self._spell(N.literal(_json_str(k))), self.COLON,
+                              self._value_nfa(x)) for k, x in v.items()]
+        elif isinstance(v, list):
+            open_, close = self._brackets("[", "]")
+            items = [self._value_nfa(x) for x in v]
+        elif isinstance(v, str):
+            return self._spell(N.literal(_json_str(v)))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and not self.canonical:
+            return self._number_value(to_decimal(v))
+        else:
+            return N.literal(_dumps(v))
+        seq: list[ByteNFA] = [open_]
+        for i, it in enumerate(items):
+            if i:
+                seq.append(self.COMMA)
+            seq.append(it)
+        seq.append(close)
+        return N.concat(*seq)
 
     # ------------------------------------------------------------------ numbers
+
+    def _number_value(self, d: Decimal) -> ByteNFA:
+        """Every spelling of the number ``d`` (exponents as :func:`number_language` bounds)."""
+        return self._numbers(d, False, d, False)
+
+    def _numbers(self, lower, lstrict, upper, ustrict, integer=False, mults=()) -> ByteNFA | None:
+        """:func:`~.json_numbers.number_language` with this compiler's exponent bound, shared
+        by all compilers (None: too large)."""
+        key = ("numbers", lower, lstrict, upper, ustrict, integer, tuple(sorted(mults)),
+               self.max_exponent)
+        hit = _SHARED.get(key, False)
+        if hit is False:
+            hit = _share(key, number_language(lower, lstrict, upper, ustrict, integer, mults,
+                                              self.max_exponent))
+        return hit
 
     def _number(self, flat, integer: bool) -> ByteNFA:
         lower: Decimal | None = None
@@ -1865,6 +2150,15 @@ class JsonSchemaCompiler:
                 if m <= 0:
                     raise InvalidSchemaError("multipleOf must be > 0", _ptr(p, "multipleOf"))
                 mults.append((m, _ptr(p, "multipleOf")))
+        if not self.canonical:
+            a = self._numbers(lower, lstrict, upper, ustrict, integer, [m for m, _ in mults])
+            if a is None:
+                p = mults[0][1] if mults else flat[0][1]
+                self._unsupported("multipleOf" if mults else "type", p,
+                                  f"the number automaton would exceed {MAX_NUMBER_STATES} "
+                                  "states")
+                a = self._numbers(lower, lstrict, upper, ustrict, integer)
+            return a
         if lower is None and upper is None:
             a = number_nfa(integer)  # built once per process
         else:
@@ -2026,6 +2320,11 @@ class JsonSchemaCompiler:
                     out.append((rest, _ptr(p, rk)))
             return out
 
+        uq = unique_array(self, flat, lo, hi, P, bool(contains), elem_items, stack)
+        if isinstance(uq, ByteNFA):
+            return uq
+        comma, brackets = (self.COMMA, None) if uq is None else (uq[0], uq[1:])
+
         N_exp = max(P, lo, 1) if hi is None else hi
         cache: dict[tuple[int, bool], ByteNFA] = {}
 
@@ -2079,7 +2378,7 @@ class JsonSchemaCompiler:
                     centry = comma_entry.get(ekey)
                     if centry is None:
                         centry = comma_entry[ekey] = b.state()
-                        for f in b.embed(self.COMMA, centry):
+                        for f in b.embed(comma, centry):
                             b.eps.append((f, entry))
                     entry = centry
                 b.eps.append((src, entry))
@@ -2088,7 +2387,7 @@ class JsonSchemaCompiler:
                     todo.append((ni, nc))
             if b.n > MAX_STATES:
                 raise UnsupportedSchemaError("maxItems", flat[0][1], "array automaton too large")
-        return _wrapped(b, start, *self._brackets("[", "]"))
+        return _wrapped(b, start, *(brackets or self._brackets("[", "]")))
 
     # ------------------------------------------------------------------ objects
 
@@ -2171,7 +2470,7 @@ class JsonSchemaCompiler:
                 if k in required:
                     return None
                 continue
-            key = N.literal(_json_str(k))
+            key = self._spell(N.literal(_json_str(k)))
             variants = [((key, self.COLON, v), 0)]  # concatenated by _Builder.embed
             for also, T in with_witnesses(k):
                 vt = self.compile_items(its + also, stack)
@@ -2234,6 +2533,11 @@ class JsonSchemaCompiler:
                     # strict: properties the schema does not list are not generated
                     constraints.append((False, _ptr(p, "additionalProperties")))
                     strict_here = True
+            if not constraints:
+                listing = [p for s, p in flat if not isinstance(s, _Synth)
+                           and ("properties" in s or "patternProperties" in s)]
+                if listing:  # the value of a property the object does not list
+                    constraints.append((_UNLISTED, _ptr(listing[0], "~unlisted")))
             closed = any(c is False for c, _ in constraints)
             if closed and not pats and pn_nfa is None:
                 # the keys other than the (finitely many) names are never none: nothing to build
@@ -2259,7 +2563,7 @@ class JsonSchemaCompiler:
                 continue
             if content is not None and _is_empty(content):
                 continue
-            ck = ("key", tuple(names))
+            ck = ("key", tuple(names), self.canonical)
             key = content._cache.get(ck) if content is not None and pn_nfa is None else None
             if key is None:
                 if body is None:
@@ -2267,11 +2571,13 @@ class JsonSchemaCompiler:
                 kb = body if content is None else N.intersect(_escape_subst(content), body)
                 key = N.concat(_QUOTE, kb, _QUOTE)
                 if pn_nfa is not None:
-                    key = N.intersect(key, pn_nfa)
-                elif content is not None:
-                    # a pattern's keys, shared by the objects that list the same names
-                    # (Github_medium o10297: ^\d+$ in two objects; 0.2 ms each)
-                    content._cache[ck] = key
+                    key = self._spell(N.intersect(key, pn_nfa))
+                else:
+                    key = self._spell(key)
+                    if content is not None:
+                        # a pattern's keys, shared by the objects that list the same names
+                        # (Github_medium o10297: ^\d+$ in two objects; 0.2 ms each)
+                        content._cache[ck] = key
             if _is_empty(key):
                 continue
             self.strict_used |= strict_here
@@ -2439,7 +2745,10 @@ class JsonSchemaCompiler:
     # ------------------------------------------------------------------ entry
 
     def build(self) -> ByteNFA:
-        out = N.finalize(self.compile_items([(self.root, "#")], ()))
+        out = self.compile_items([(self.root, "#")], ())
+        if self.ws is _WS_ANY:  # a JSON text: ws value ws (RFC 8259 §2)
+            out = N.concat(_WS_ANY, out, _WS_ANY)
+        out = N.finalize(out)
         if self.truncated:
             warnings.warn(
                 f"recursive $ref unrolled to depth {self.max_depth} at "
@@ -2462,11 +2771,13 @@ class JsonSchemaCompiler:
                 "instances",
                 stacklevel=3,
             )
-        if self.free_depth_used:
+        if self.free_depth_used and self.free_depth < FREE_VALUE_DEPTH:
+            # the default depth is the documented behaviour; only a lowered one is news
             warnings.warn(
-                f"unconstrained JSON values (schema true, open additionalProperties/items) are "
-                f"generated with arrays/objects nested at most {self.free_depth} levels deep "
-                "(JSON of unbounded depth is not regular): a subset of the valid instances",
+                f"free_value_depth={self.free_depth} (default {FREE_VALUE_DEPTH}): "
+                "unconstrained JSON values (schema true, open additionalProperties/items) are "
+                f"generated with arrays/objects nested at most {self.free_depth} levels deep: "
+                "a subset of the valid instances",
                 stacklevel=3,
             )
         if self.dropped:
@@ -2556,28 +2867,59 @@ class JsonSchemaCompiler:
         return "{" + sep_c.join(parts) + "}"
 
 
+def _schema_of(schema: Any) -> Any:
+    """``schema`` itself, or the JSON Schema a pydantic model class (or instance) or
+    ``TypeAdapter`` generates: duck-typed (``model_json_schema()``, else ``json_schema()``),
+    so pydantic stays an optional dependency that this module never imports."""
+    if isinstance(schema, (dict, bool, str, bytes, list, int, float)) or schema is None:
+        return schema
+    for name in ("model_json_schema", "json_schema"):
+        make = getattr(schema, name, None)
+        if callable(make):
+            return make()
+    return schema
+
+
 def json_schema_to_nfa(
     schema: Any,
     *,
-    whitespace: str = "compact",
+    canonical: bool = True,
+    max_exponent: int | None = None,
+    whitespace: str | None = None,
     max_whitespace: int = 4,
     property_order: str = "schema",
     max_recursion_depth: int = 3,
     lenient: bool = False,
     validate: bool = True,
-    free_value_depth: int = 2,
+    free_value_depth: int | None = None,
     strict: bool = False,
+    registry: Any = None,
 ) -> ByteNFA:
-    """The byte NFA of ``schema``'s canonical serializations (see the module docstring).
+    """The byte NFA of every serialization of ``schema``'s valid instances (see the module
+    docstring), or only of their canonical serializations with ``canonical=True``.
 
     Args:
-        schema: a JSON Schema (dict, bool, or JSON text).
-        whitespace: ``"compact"`` (no whitespace) or ``"flexible"`` (up to ``max_whitespace``
+        schema: a JSON Schema (dict, bool, or JSON text), or a pydantic model class or
+            ``TypeAdapter`` (anything with ``model_json_schema()`` or ``json_schema()``: its
+            schema; pydantic itself is not imported).
+        canonical: ``True`` (the default, for now): accept only the canonical serialization
+            of each instance (what :func:`serialize_instance` writes; compact unless
+            ``whitespace`` says otherwise).  ``False``: every RFC 8259 serialization of each
+            valid instance (see "Every serialization" in the module docstring).
+        max_exponent: where a number's exponent can change whether its value is valid
+            (bounds, ``integer``, ``multipleOf``), exponents up to this absolute value are
+            generated (a documented subset; :mod:`.json_numbers`).
+        whitespace: ``"any"`` (RFC 8259: ``[ \\t\\n\\r]*`` in every gap and around the
+            value; the default with ``canonical=False``), ``"compact"`` (no whitespace; the
+            default with ``canonical=True``) or ``"flexible"`` (up to ``max_whitespace``
             characters of ``[ \\t\\n\\r]`` in each gap inside objects and arrays).
         property_order: ``"schema"`` (declared order) or ``"any"`` (any order, no duplicates).
         max_recursion_depth: how many times a recursive ``$ref`` is unrolled (warning).
         free_value_depth: nesting depth of arrays/objects generated for unconstrained values
-            (schema ``true``, open ``additionalProperties``/``items``) (warning).
+            (schema ``true``, open ``additionalProperties``/``items``); default
+            :data:`FREE_VALUE_DEPTH` (6; :data:`UNLISTED_VALUE_DEPTH` (2) for the values of
+            properties an object does not list).  JSON of unbounded depth is not regular, and
+            exact depth d costs ~2^d states per free value; a depth below the default warns.
         lenient: turn :class:`UnsupportedSchemaError` into a warning listing what was dropped
             (the automaton then accepts a superset: not sound).
         validate: check ``schema`` against its meta-schema first (``jsonschema``).
@@ -2595,20 +2937,26 @@ def json_schema_to_nfa(
     Raises:
         InvalidSchemaError: not a valid JSON Schema (with the pointer of the offending part).
         UnsupportedSchemaError: a keyword this compiler cannot express exactly (keyword, pointer).
+        UnresolvedReferenceError: a ``$ref`` to a document not in ``registry`` (its URI and the
+            pointer of the ``$ref``).
     """
     return JsonSchemaCompiler(
-        schema, whitespace=whitespace, max_whitespace=max_whitespace,
+        schema, canonical=canonical, max_exponent=max_exponent, whitespace=whitespace,
+        max_whitespace=max_whitespace,
         property_order=property_order, max_recursion_depth=max_recursion_depth,
         lenient=lenient, validate=validate, free_value_depth=free_value_depth, strict=strict,
+        registry=registry,
     ).build()
 
 
-def serialize_instance(instance: Any, schema: Any, *, validate: bool = False) -> str:
+def serialize_instance(instance: Any, schema: Any, *, validate: bool = False,
+                       registry: Any = None) -> str:
     """The canonical serialization of ``instance`` for ``schema`` (what the compiled automaton
     accepts when the instance is valid): compact separators, canonical numbers and string
     escapes, object keys in the schema's declared order (anyOf/oneOf: the first branch the
     instance satisfies), additional keys after them in the instance's order."""
-    c = JsonSchemaCompiler(schema, validate=validate, lenient=True)
+    schema = _schema_of(schema)
+    c = JsonSchemaCompiler(schema, validate=validate, lenient=True, registry=registry)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if _has_key(schema, "oneOf"):
@@ -2631,18 +2979,24 @@ def compile_json_schema(
     schema: Any,
     vocab,
     *,
-    whitespace: str = "compact",
+    canonical: bool = True,
+    max_exponent: int | None = None,
+    whitespace: str | None = None,
     max_whitespace: int = 4,
     property_order: str = "schema",
     max_recursion_depth: int = 3,
     lenient: bool = False,
-    free_value_depth: int = 2,
+    free_value_depth: int | None = None,
     strict: bool = False,
+    registry: Any = None,
 ):
     """Compile a JSON Schema to a :class:`~.automaton.TokenAutomaton` over ``vocab``.
 
     Same arguments as :func:`json_schema_to_nfa`.  ``meta`` records the options, the byte NFA
-    size, dropped keywords (lenient) and ignored unknown keywords.
+    size, dropped keywords (lenient) and ignored unknown keywords.  ``uniqueItems: true`` is
+    exact: an automaton over sets of values where the item domain is small, otherwise a
+    :class:`~.unique_items.UniqueItemsAutomaton` (the same methods; the state carries each
+    open unique array's item values; see :mod:`.unique_items`).
 
     Raises:
         InvalidSchemaError, UnsupportedSchemaError: see :func:`json_schema_to_nfa`.
@@ -2651,18 +3005,22 @@ def compile_json_schema(
     from .automaton import TokenAutomaton
 
     comp = JsonSchemaCompiler(
-        schema, whitespace=whitespace, max_whitespace=max_whitespace,
+        schema, canonical=canonical, max_exponent=max_exponent, whitespace=whitespace,
+        max_whitespace=max_whitespace,
         property_order=property_order, max_recursion_depth=max_recursion_depth,
-        lenient=lenient, free_value_depth=free_value_depth, strict=strict,
+        lenient=lenient, free_value_depth=free_value_depth, strict=strict, registry=registry,
     )
+    comp.unique_items = True  # uniqueItems over large domains: marked arrays (.unique_compile)
     nfa = comp.build()  # already finalized
     meta = {
         "kind": "json_schema",
-        "whitespace": whitespace,
+        "canonical": canonical,
+        "max_exponent": None if canonical else max_exponent,
+        "whitespace": whitespace or ("compact" if canonical else "any"),
         "max_whitespace": max_whitespace,
         "property_order": property_order,
         "max_recursion_depth": max_recursion_depth,
-        "free_value_depth": free_value_depth,
+        "free_value_depth": comp.free_depth,
         "lenient": lenient,
         "strict": strict,
         "byte_states": nfa.num_states,
@@ -2671,4 +3029,8 @@ def compile_json_schema(
         "ignored_keywords": sorted(comp.ignored),
         "truncated_refs": sorted(comp.truncated),
     }
+    if getattr(comp, "marked", False):  # uniqueItems checked at token level
+        from .unique_items import UniqueItemsAutomaton
+
+        return UniqueItemsAutomaton.from_marked_nfa(nfa, vocab, meta)
     return TokenAutomaton.from_byte_nfa(nfa, vocab, meta=meta)

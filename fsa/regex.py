@@ -37,11 +37,24 @@ the suffix, and a trailing ``$`` leaves only an optional final ``"\\n"`` (Python
 Schema ``pattern`` (ECMA-262) differs from Python in ``$`` (no final newline), ``\\d``/``\\w``
 (ASCII) and ``\\s``: call with ``flags=re.ASCII`` for ASCII ``\\d``/``\\w``.
 
+**Lookaround** (``(?=...)``, ``(?!...)``, ``(?<=...)``, ``(?<!...)``, nested to any depth, inside
+quantified groups, beside anchors) is compiled exactly, with ``re``'s meaning: a lookahead sees
+the whole rest of the string (past the end of the match, under search semantics too), a
+lookbehind the whole prefix.  Patterns that have one take a second path (patterns without keep
+the automaton described above, edge for edge): the pattern is compiled with a marker edge at
+each lookaround (anchors become lookarounds there too), then multiplied by the automaton that
+checks every marker's condition, tracking the *set* of runs where a negation needs it (a subset
+construction) — see :mod:`.regex_lookaround`.  Only its size is limited
+(:data:`~.regex_lookaround.MAX_LOOKAROUND_STATES` states, else :class:`UnsupportedRegexError`
+naming the lookaround and its position).  Variable-width lookbehind is an
+:class:`InvalidRegexError`, as in ``re``.  ``lookaround=False`` refuses lookaround, for patterns
+that are pieces of a longer text (grammar terminals).
+
 **Unsupported** (raise :class:`UnsupportedRegexError` with the construct's position):
-lookahead / lookbehind (positive or negative), backreferences, conditionals ``(?(1)...)``,
-word boundaries ``\\b``/``\\B``, atomic groups ``(?>...)`` and possessive quantifiers, and a
-counted repetition whose NFA would exceed :data:`MAX_NFA_STATES`.  Syntax errors raise
-:class:`InvalidRegexError` with ``re``'s message and position.
+backreferences, conditionals ``(?(1)...)``, word boundaries ``\\b``/``\\B``, atomic groups
+``(?>...)`` and possessive quantifiers, and a counted repetition whose NFA would exceed
+:data:`MAX_NFA_STATES`.  Syntax errors raise :class:`InvalidRegexError` with ``re``'s message
+and position.
 """
 
 from __future__ import annotations
@@ -57,6 +70,7 @@ from . import nfa as N
 from .automaton import TokenAutomaton
 from .errors import InvalidRegexError, UnsupportedRegexError
 from .nfa import ByteNFA
+from .regex_lookaround import MARKER_SHIFT, Lookaround, lookaround_product
 from .vocabulary import TokenVocabulary
 
 try:  # Python >= 3.11
@@ -91,6 +105,8 @@ _UNSUPPORTED_AT = {
     _C.AT_BOUNDARY: "word boundary \\b",
     _C.AT_NON_BOUNDARY: "non-word-boundary \\B",
 }
+
+_LOOK_KINDS = ("lookahead", "negative lookahead", "lookbehind", "negative lookbehind")
 
 
 # --------------------------------------------------------------------------- code-point sets
@@ -295,6 +311,10 @@ class _Builder:
         self.verbose = verbose
         self.markers = False
         self._scan: list[tuple[str, int]] | None = None
+        #: the lookarounds met so far (None: lookaround is refused, anchors are markers)
+        self.looks: list[Lookaround] | None = None
+        self._looks_seen = 0  # lookarounds visited, in source order (their positions' index)
+        self._anchor_looks: dict[int, int] = {}
 
     def position(self, construct: str, text: str | None = None) -> int | None:
         if self._scan is None:
@@ -306,6 +326,48 @@ class _Builder:
             i = self.pattern.find(text)
             return i if i >= 0 else None
         return None
+
+    def lookaround_position(self) -> int | None:
+        """Position of the next lookaround in source order (the tree is walked in that order)."""
+        if self._scan is None:
+            self._scan = _scan_constructs(self.pattern, self.verbose)
+        pos = [p for kind, p in self._scan if kind in _LOOK_KINDS]
+        i = self._looks_seen
+        self._looks_seen += 1
+        return pos[i] if i < len(pos) else None
+
+    def lookaround(self, construct: str, av, flags: int) -> ByteNFA:
+        """A marker edge for lookaround ``av`` (its body compiled with markers of its own)."""
+        assert self.looks is not None
+        pos = self.lookaround_position()
+        behind = av[0] < 0
+        if behind:
+            lo, hi = av[1].getwidth()
+            if lo != hi:  # re._compiler's check (re._parser does not make it)
+                raise InvalidRegexError("look-behind requires fixed-width pattern",
+                                        self.pattern, pos)
+        body = self.seq(av[1], flags)  # nested lookarounds are numbered first (inner first)
+        self.looks.append(Lookaround(behind, construct.startswith("negative"), body, construct,
+                                     pos))
+        return _marker(1 << (MARKER_SHIFT + len(self.looks) - 1))
+
+    def anchor_lookaround(self, bit: int) -> ByteNFA:
+        """On the lookaround path an anchor is a lookaround too (so that it can sit inside one)."""
+        assert self.looks is not None
+        k = self._anchor_looks.get(bit)
+        if k is None:
+            any_cp = N.any_codepoint()
+            not_nl = _class_nfa(((0, 9), (11, _MAXCP)))
+            behind, body, name = {
+                _BEG: (True, any_cp, "anchor ^ or \\A"),  # (?<![\s\S])
+                _BOL: (True, not_nl, "anchor ^ (MULTILINE)"),  # (?<![^\n])
+                _END: (False, N.union(not_nl, N.concat(N.literal(b"\n"), any_cp)), "anchor $"),
+                _EOL: (False, not_nl, "anchor $ (MULTILINE)"),  # (?![^\n])
+                _ENDZ: (False, any_cp, "anchor \\Z"),  # (?![\s\S])
+            }[bit]
+            k = self._anchor_looks[bit] = len(self.looks)
+            self.looks.append(Lookaround(behind, True, body, name, None))
+        return _marker(1 << (MARKER_SHIFT + k))
 
     def unsupported(self, construct: str) -> UnsupportedRegexError:
         return UnsupportedRegexError(construct, self.pattern, self.position(construct))
@@ -357,19 +419,26 @@ class _Builder:
                 )
             return N.repeat(body, int(lo), hi)
         if op is _C.AT:
-            self.markers = True
             if av is _C.AT_BEGINNING:
-                return _marker(_BOL if flags & _M else _BEG)
-            if av is _C.AT_BEGINNING_STRING:
-                return _marker(_BEG)
-            if av is _C.AT_END:
-                return _marker(_EOL if flags & _M else _END)
-            if av is _C.AT_END_STRING:
-                return _marker(_ENDZ)
-            raise self.unsupported(_UNSUPPORTED_AT.get(av, f"anchor {av}"))
+                bit = _BOL if flags & _M else _BEG
+            elif av is _C.AT_BEGINNING_STRING:
+                bit = _BEG
+            elif av is _C.AT_END:
+                bit = _EOL if flags & _M else _END
+            elif av is _C.AT_END_STRING:
+                bit = _ENDZ
+            else:
+                raise self.unsupported(_UNSUPPORTED_AT.get(av, f"anchor {av}"))
+            if self.looks is not None:
+                return self.anchor_lookaround(bit)
+            self.markers = True
+            return _marker(bit)
         if op is _C.ASSERT or op is _C.ASSERT_NOT:
             neg = "negative " if op is _C.ASSERT_NOT else ""
-            raise self.unsupported(neg + ("lookbehind" if av[0] < 0 else "lookahead"))
+            construct = neg + ("lookbehind" if av[0] < 0 else "lookahead")
+            if self.looks is None:
+                raise self.unsupported(construct)
+            return self.lookaround(construct, av, flags)
         if op is _C.GROUPREF:
             raise self.unsupported("backreference")
         if op is _C.GROUPREF_EXISTS:
@@ -379,6 +448,24 @@ class _Builder:
         if op is getattr(_C, "POSSESSIVE_REPEAT", None):
             raise self.unsupported("possessive quantifier")
         raise UnsupportedRegexError(str(op).lower(), self.pattern, None)  # pragma: no cover
+
+
+def _has_lookaround(items) -> bool:
+    """Whether the parse tree has a lookahead or lookbehind anywhere."""
+    for op, av in items:
+        if op is _C.ASSERT or op is _C.ASSERT_NOT:
+            return True
+        if op is _C.BRANCH:
+            subs = av[1]
+        elif op is _C.SUBPATTERN:
+            subs = [av[3]]
+        elif op is _C.MAX_REPEAT or op is _C.MIN_REPEAT:
+            subs = [av[2]]
+        else:  # the other compound nodes (conditionals, atomic groups) are refused anyway
+            continue
+        if any(_has_lookaround(sub) for sub in subs):
+            return True
+    return False
 
 
 def _is_anchor(item, codes) -> bool:
@@ -518,7 +605,9 @@ def _build(items, flags: int, search: bool, b: _Builder) -> ByteNFA:
     return N.concat(*prefix, b.seq(items, flags), *suffix)
 
 
-def regex_to_nfa(pattern: str, *, flags: int = 0, search: bool = False) -> ByteNFA:
+def regex_to_nfa(
+    pattern: str, *, flags: int = 0, search: bool = False, lookaround: bool = True
+) -> ByteNFA:
     """Compile a Python ``re`` pattern to a byte-level NFA (see the module docstring).
 
     Args:
@@ -527,6 +616,9 @@ def regex_to_nfa(pattern: str, *, flags: int = 0, search: bool = False) -> ByteN
             ``re.VERBOSE``); inline flags in the pattern are honoured too.
         search: ``False`` — full-match semantics (``re.fullmatch``): the whole byte string must
             match; ``True`` — ``re.search`` semantics: some substring matches.
+        lookaround: ``False`` refuses lookahead/lookbehind (:class:`UnsupportedRegexError`), for
+            callers where the pattern is a piece of a longer text (a grammar terminal), so that
+            a lookaround would see text outside the string matched here.
 
     Returns:
         A :class:`~.nfa.ByteNFA` over bytes accepting exactly the UTF-8 encodings of the matching
@@ -535,12 +627,18 @@ def regex_to_nfa(pattern: str, *, flags: int = 0, search: bool = False) -> ByteN
 
     Raises:
         InvalidRegexError: ``re`` rejects the pattern (message and position from ``re``).
-        UnsupportedRegexError: a non-regular or unsupported construct, with its position.
+        UnsupportedRegexError: a non-regular or unsupported construct, or a lookaround whose
+            exact automaton exceeds :data:`~.regex_lookaround.MAX_LOOKAROUND_STATES`, with its
+            position.
     """
     parsed = _parse(pattern, flags)
     gflags = parsed.state.flags
     b = _Builder(pattern, bool(gflags & re.VERBOSE))
+    if lookaround and _has_lookaround(parsed):
+        b.looks = []  # the lookaround path: markers, then one exact product
     out = _build(parsed, gflags, search, b)
+    if b.looks:
+        return lookaround_product(out, b.looks, pattern)
     if b.markers:
         out = _anchor_product(out)
     return out

@@ -175,8 +175,12 @@ def _check_text(A, pattern, text, vocab, tokenizer, rng, counts, mismatches, n_s
         canon = random_segmentation(vocab, data, rng)
     segs = [canon] + [random_segmentation(vocab, data, rng) for _ in range(n_segs)]
     # reference answers first (they may time out), then the automaton's
-    viable_ref = [[reference_viable(pattern, decode_text(vocab, ids[:k]))
-                   for k in range(len(ids) + 1)] for ids in segs[:2]]
+    # the regex package's partial matching is wrong for lookarounds (it calls
+    # regex.fullmatch(r"a(?!.*--)b*", "ac", partial=True) a partial match): no viable reference
+    # there; test_regex checks lookarounds against re on every short string instead
+    look = any(x in pattern for x in ("(?=", "(?!", "(?<=", "(?<!"))
+    viable_ref = [] if look else [[reference_viable(pattern, decode_text(vocab, ids[:k]))
+                                   for k in range(len(ids) + 1)] for ids in segs[:2]]
     counts["strings"] += 1
     counts["strings_matching" if want else "strings_not_matching"] += 1
     for j, ids in enumerate(segs):
@@ -184,7 +188,7 @@ def _check_text(A, pattern, text, vocab, tokenizer, rng, counts, mismatches, n_s
         if A.accepts(ids) != want:
             mismatches.append({"pattern": pattern, "what": "accepts", "text": text,
                                "ids": ids, "want": want})
-        if j > 1:
+        if j > 1 or look:
             continue
         # viable on every prefix (canonical + one random segmentation), incrementally
         states = A.initial.numpy().copy()

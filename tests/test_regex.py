@@ -148,10 +148,6 @@ def test_surrogate_literal_matches_nothing():
 @pytest.mark.parametrize(
     "pattern, construct, position",
     [
-        (r"ab(?=c)", "lookahead", 2),
-        (r"a(?!b)c", "negative lookahead", 1),
-        (r"xyz(?<=z)", "lookbehind", 3),
-        (r"[(?=]x(?<!a)", "negative lookbehind", 6),
         (r"(a)b\1", "backreference", 4),
         (r"(?P<n>a)(?P=n)", "backreference", 8),
         (r"(a)?(?(1)b|c)", "conditional", 4),
@@ -172,6 +168,25 @@ def test_unsupported_constructs_name_construct_and_position(pattern, construct, 
 
 
 @pytest.mark.parametrize(
+    "pattern, construct, position",
+    [
+        (r"ab(?=c)", "lookahead", 2),
+        (r"a(?!b)c", "negative lookahead", 1),
+        (r"xyz(?<=z)", "lookbehind", 3),
+        (r"[(?=]x(?<!a)", "negative lookbehind", 6),
+        (r"(?#(?=)a(?<!b)", "negative lookbehind", 8),
+    ],
+)
+def test_lookaround_refused_on_request_names_construct_and_position(pattern, construct, position):
+    """``lookaround=False`` (grammar terminals: a lookaround would see past the terminal)."""
+    with pytest.raises(UnsupportedRegexError) as ei:
+        regex_to_nfa(pattern, lookaround=False)
+    assert (ei.value.construct, ei.value.position) == (construct, position)
+    assert f"position {position}" in str(ei.value)
+    regex_to_nfa(pattern)  # compiled by default
+
+
+@pytest.mark.parametrize(
     "pattern, position",
     [("a(b", 1), ("[a-", 0), ("a{3,2}", 2), ("*a", 0), (r"\p{L}", 0), ("a)", 1), (r"(?<n>a)", 1)],
 )
@@ -188,6 +203,163 @@ def test_huge_repetition_is_rejected_not_approximated():
     with pytest.raises(UnsupportedRegexError) as ei:
         regex_to_nfa(f"ab[a-z]{{{MAX_NFA_STATES}}}")
     assert ei.value.position == 7 and "repetition" in ei.value.construct
+
+
+# --------------------------------------------------------------------------- lookaround
+
+# (pattern, alphabet): every string of length <= 6 over the alphabet is checked against
+# re.fullmatch and re.search.
+LOOKAROUND_CASES = [
+    (r"^(?!.*--)[ab-]+$", "ab-\n"),  # JSON Schema style, anchored
+    (r"(?=.*a)(?=.*b).{3,}", "ab-\n"),  # password style: several positive lookaheads
+    (r"(?!-)[ab-]{1,4}(?<!-)", "ab-\n"),  # hostname label
+    (r"((?!ab).)*", "ab-\n"),  # tempered dot
+    (r"(?:(?!a-)[ab-])+b", "ab-\n"),
+    (r"a(?=b)", "ab-"),  # lookahead past the end of the match
+    (r"a(?=b)b", "ab-"),
+    (r"a(?!b)", "ab-"),
+    (r"(?=a)", "ab-"),  # empty match
+    (r"(?<=a)b", "ab-"),
+    (r"(?<!a)b", "ab-"),
+    (r"[ab]*(?<=ab)", "ab-"),
+    (r"[ab]*(?<!ab)-", "ab-"),
+    (r"(?<=a-|b-)a", "ab-"),  # fixed-width alternation behind
+    (r"(?=(?!a).)[ab-]{2}", "ab-"),  # nested: negative in positive
+    (r"(?!a(?=b))[ab]+", "ab-"),  # nested: positive in negative
+    (r"(?!a(?!b))[ab]+", "ab-"),  # nested: negative in negative
+    (r"(?<=a(?=b))b", "ab-"),  # lookahead inside lookbehind
+    (r"(?<=(?<!a)b)a", "ab-"),  # lookbehind inside lookbehind
+    (r"a(?=.*(?<!b)-)", "ab-"),  # lookbehind inside lookahead
+    (r"(?:a|(?=b))*b", "ab-"),  # zero-width branch inside a star
+    (r"(?:[ab](?<!aa))*", "ab-"),
+    (r"(?:a(?=-)|b)+-?", "ab-"),
+    (r"a(?!$)\n?", "a\n-"),  # anchors inside and around lookarounds
+    (r"(?m)a(?=$)\n?b?", "ab\n"),
+    (r"(?=.*\Z)a*", "a\n-"),
+    (r"(?<=^a)b", "ab\n"),
+    (r"(?m)(?<=^)a(?<!\A\na)", "ab\n"),
+    (r"(?!.*$)", "a\n"),
+    (r"a\Z(?<=a)", "a\n"),
+    (r"(?i)(?=A)(?<!K)a.", "aAK\u212a"),  # case folding inside lookarounds
+    (r"(?<=é)(?!\d)\w*", "aé1"),  # multi-byte characters behind and ahead
+    (r"(?=é|中)..", "aé中"),
+    (r"(?s)(?=.\n)..", "a\n"),
+    (r"(?:a|b(?=a))*?", "ab-"),  # lazy
+    (r"(?=(?:.*a){2})[ab]{0,5}", "ab"),
+    (r"(?![ab]*a[ab]{3})[ab]*", "ab"),  # a negative lookahead that needs a real subset construction
+]
+
+
+def _all_strings(alphabet: str, n: int):
+    for k in range(n + 1):
+        for t in itertools.product(alphabet, repeat=k):
+            yield "".join(t)
+
+
+@pytest.mark.parametrize("pattern, alphabet", LOOKAROUND_CASES)
+def test_lookaround_brute_force(pattern, alphabet):
+    f_full = N.finalize(regex_to_nfa(pattern))
+    f_search = N.finalize(regex_to_nfa(pattern, search=True))
+    for text in _all_strings(alphabet, 6):
+        data = text.encode("utf-8")
+        assert N.matches(f_full, data) == bool(re.fullmatch(pattern, text)), (pattern, text)
+        assert N.matches(f_search, data) == bool(re.search(pattern, text)), (pattern, text)
+
+
+def _lookaround_regexes():
+    """Hypothesis strategy: small regexes over a, b, \\n, é with lookarounds of all four
+    kinds anywhere (nested, in quantified groups, beside anchors); lookbehind bodies are
+    fixed-width, as ``re`` requires."""
+    atoms = st.sampled_from(["a", "b", "[ab]", ".", "é", "[^a]", r"\n"])
+    anchors = st.sampled_from(["^", "$", r"\A", r"\Z"])
+
+    def extend(inner, fixed: bool):
+        look = st.tuples(st.sampled_from(["=", "!"] if not fixed else ["=", "!", "<=", "<!"]),
+                         inner)
+        parts = [
+            st.tuples(inner, inner).map("".join),
+            st.tuples(inner, inner).map(lambda t: f"(?:{t[0]}|{t[1]})"),
+            look.map(lambda t: f"(?{t[0]}{t[1]})"),
+        ]
+        if not fixed:
+            parts.append(st.tuples(inner, st.sampled_from(["*", "?", "+", "{2}", "*?"]))
+                         .map(lambda t: f"(?:{t[0]}){t[1]}"))
+        return st.one_of(*parts)
+
+    fixed = st.recursive(atoms, lambda inner: extend(inner, True), max_leaves=3)
+    behind = st.tuples(st.sampled_from(["<=", "<!"]), fixed).map(lambda t: f"(?{t[0]}{t[1]})")
+    leaves = st.one_of(atoms, anchors, behind)
+    return st.recursive(leaves, lambda inner: extend(inner, False), max_leaves=6)
+
+
+_LOOK_TEXTS = list(_all_strings("ab\né", 5))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(_lookaround_regexes())
+def test_lookaround_hypothesis_against_re(pattern):
+    from hypothesis import assume
+
+    assume("(?" in pattern)
+    try:
+        re.compile(pattern)
+    except re.error:
+        assume(False)
+    f_full = N.finalize(regex_to_nfa(pattern))
+    f_search = N.finalize(regex_to_nfa(pattern, search=True))
+    for text in _LOOK_TEXTS:
+        data = text.encode("utf-8")
+        assert N.matches(f_full, data) == bool(re.fullmatch(pattern, text)), (pattern, text)
+        assert N.matches(f_search, data) == bool(re.search(pattern, text)), (pattern, text)
+
+
+def test_lookaround_state_limit_names_construct_position_and_count(monkeypatch):
+    """Deciding a negative lookahead is a subset construction: ``[ab]*a[ab]{12}`` needs 2^13
+    subsets, refused (typed, with the position) above the limit instead of approximated."""
+    from tractable.fsa import regex_lookaround as RL
+
+    pattern = r"x(?=[ab])(?<=x)(?![ab]*a[ab]{12})[ab]*"
+    monkeypatch.setattr(RL, "MAX_LOOKAROUND_STATES", 1000)
+    with pytest.raises(UnsupportedRegexError) as ei:
+        regex_to_nfa(pattern)
+    assert ei.value.construct.startswith("negative lookahead")
+    assert ei.value.position == 15 and pattern[15:18] == "(?!"
+    assert "MAX_LOOKAROUND_STATES=1000" in str(ei.value) and "1001 reached" in str(ei.value)
+    monkeypatch.setattr(RL, "MAX_LOOKAROUND_STATES", 20_000)
+    f = N.finalize(regex_to_nfa(pattern))  # 2^13 subsets fit under a higher limit
+    for text in ["x", "xb", "xa", "x" + "a" * 12 + "b" * 12, "xa" + "b" * 11, "xa" + "b" * 12]:
+        assert N.matches(f, text.encode()) == bool(re.fullmatch(pattern, text)), text
+
+
+def test_variable_width_lookbehind_is_invalid_as_in_re():
+    with pytest.raises(re.error, match="fixed-width"):
+        re.compile(r"x(?<=a|bc)")
+    with pytest.raises(InvalidRegexError, match="fixed-width") as ei:
+        regex_to_nfa(r"x(?<=a|bc)")
+    assert ei.value.position == 1
+
+
+def test_patterns_without_lookaround_keep_their_automaton():
+    """Only patterns with a lookaround take the product path (anchors stay markers)."""
+    for pattern in [r"a$\n", r"(?m)^a|b$", r"\Aa*\Z", r"[a-z]+@x"]:
+        for search in (False, True):
+            a = regex_to_nfa(pattern, search=search)
+            b = regex_to_nfa(pattern, search=search, lookaround=False)
+            assert (a.num_states, a.start, a.finals, a.edges, a.epsilons) == (
+                b.num_states, b.start, b.finals, b.edges, b.epsilons)
+            assert all(m >> 256 == 0 for _, m, _ in N.finalize(a).edges)
+
+
+def test_lookaround_token_automaton_tiny_vocabulary():
+    vocab = _tiny_vocab()
+    text_ids = [i for i, b in enumerate(vocab.token_bytes) if b]
+    for pattern in [r"(?:(?!ab)[ab])+", r"(?=.*1)[ab1-]+(?<!-)", r"(?<![é中])[^\d]+"]:
+        A = compile_regex(pattern, vocab)
+        for n in range(4):
+            for seq in itertools.product(text_ids, repeat=n):
+                data = decode_text(vocab, seq)
+                assert A.accepts(list(seq)) == reference_accepts(pattern, data), (pattern, seq)
 
 
 def test_interegular_divergences():

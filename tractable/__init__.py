@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "UnsatisfiableBudgetError": "tractable.fsa.errors",
     "UnsupportedSchemaError": "tractable.fsa.errors",
     "InvalidSchemaError": "tractable.fsa.errors",
+    "UnresolvedReferenceError": "tractable.fsa.errors",
     "GrammarError": "tractable.fsa.errors",
     "TokenError": "tractable.fsa.errors",
     "BudgetExceededError": "tractable.fsa.errors",

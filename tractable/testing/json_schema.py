@@ -22,7 +22,9 @@ from tractable.fsa.errors import InvalidSchemaError, UnsupportedSchemaError
 from tractable.fsa.json_schema import JsonSchemaCompiler
 
 __all__ = [
+    "STYLES",
     "evaluate_record",
+    "serializations",
     "load_suite",
     "run_suite",
     "summarize_suite",
@@ -47,12 +49,41 @@ def load_suite(directory: str | Path, files: Iterable[str] | None = None) -> lis
     return out
 
 
-def run_suite(groups: list[dict], **options: Any) -> list[dict]:
-    """Compile each group's schema and check every test instance (canonical serialization).
+#: Serialization styles of :func:`serializations`.
+STYLES = ("canonical", "compact", "dumps", "indent2", "py_floats")
+
+
+def serializations(canonical_text: str) -> dict[str, str]:
+    """The instance of ``canonical_text`` (keys already in the schema's order) written in each
+    of :data:`STYLES`: canonical as given; compact with raw UTF-8 (``json.dumps(x,
+    separators=(",", ":"), ensure_ascii=False)``); ``json.dumps``'s default (``", "``,
+    ``": "``, ``\\u`` escapes); ``indent=2``; numbers as Python writes floats (``1.0``,
+    ``1e-05``), where every number of the instance is exactly a float."""
+    x = json.loads(canonical_text)
+    out = {"canonical": canonical_text,
+           "compact": json.dumps(x, separators=(",", ":"), ensure_ascii=False),
+           "dumps": json.dumps(x), "indent2": json.dumps(x, indent=2)}
+    from decimal import Decimal
+
+    try:
+        f = json.loads(canonical_text, parse_int=float)
+        ft = json.dumps(f, allow_nan=False)
+        exact = json.loads(ft, parse_float=Decimal) == json.loads(canonical_text,
+                                                                   parse_float=Decimal)
+    except (ValueError, OverflowError):
+        exact = False
+    if exact:
+        out["py_floats"] = ft
+    return out
+
+
+def run_suite(groups: list[dict], *, styles: bool = False, **options: Any) -> list[dict]:
+    """Compile each group's schema and check every test instance (canonical serialization, or
+    with ``styles`` each of :func:`serializations`, a record per style).
 
     Records: ``keyword, group, test, valid, status`` with status ``pass`` / ``fail`` (accepts !=
     valid) / ``unsupported`` (UnsupportedSchemaError, detail in ``why``) / ``invalid_schema`` /
-    ``error`` (any other exception: a bug), plus ``accepted`` and ``text``.
+    ``error`` (any other exception: a bug), plus ``accepted``, ``text`` and ``style``.
     """
     recs = []
     for g in groups:
@@ -85,10 +116,13 @@ def run_suite(groups: list[dict], **options: Any) -> list[dict]:
                 recs.append(dict(base, test=t["description"], valid=t["valid"],
                                  status="unrepresentable", why=str(e)))
                 continue
-            acc = N.matches(a, text.encode("utf-8"))
-            recs.append(dict(base, test=t["description"], valid=t["valid"], accepted=acc,
-                             text=text, status="pass" if acc == t["valid"] else "fail",
-                             subset_warning=subset))
+            texts = serializations(text) if styles else {"canonical": text}
+            for style, tx in texts.items():
+                acc = N.matches(a, tx.encode("utf-8"))
+                recs.append(dict(base, test=t["description"], valid=t["valid"], accepted=acc,
+                                 text=tx, style=style,
+                                 status="pass" if acc == t["valid"] else "fail",
+                                 subset_warning=subset))
     return recs
 
 
@@ -231,9 +265,12 @@ def check_instance_text(text: bytes, schema: Any) -> str:
     return "" if err is None else f"invalid: {err.message[:200]} at {list(err.absolute_path)}"
 
 
-def evaluate_record(rec: dict, samples: int, seed: int = 0) -> dict:
-    """Compile one JSONSchemaBench record (``schema``, ``tests``) and check it: status, valid
-    instances accepted, invalid accepted (unsound), sampled strings that validate."""
+def evaluate_record(rec: dict, samples: int, seed: int = 0, *, styles: bool = False,
+                    **options: Any) -> dict:
+    """Compile one JSONSchemaBench record (``schema``, ``tests``) with the compiler ``options``
+    and check it: status, valid instances accepted, invalid accepted (unsound), sampled strings
+    that validate.  With ``styles`` every instance is checked in each of :func:`serializations`
+    (counts per style in ``by_style``)."""
     import random
     import time
     import warnings
@@ -244,7 +281,7 @@ def evaluate_record(rec: dict, samples: int, seed: int = 0) -> dict:
     try:
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            comp = JsonSchemaCompiler(rec["schema"])
+            comp = JsonSchemaCompiler(rec["schema"], **options)
             a = N.finalize(comp.build())
         out["warnings"] = sorted({str(x.message)[:300] for x in w})
     except UnsupportedSchemaError as e:
@@ -268,12 +305,23 @@ def evaluate_record(rec: dict, samples: int, seed: int = 0) -> dict:
     out["status"] = "compiled"
     va = vt = ia = it = unrep = 0
     bad_valid, bad_invalid = [], []
+    by_style: dict[str, dict[str, int]] = {}
     for t in rec["tests"]:
         try:
             text = comp.serialize(t["data"])
         except (TypeError, ValueError):
             continue
         acc = N.matches(a, text.encode())
+        if styles and (check_instance_text(text.encode(), rec["schema"]) == "") == t["valid"]:
+            for style, tx in serializations(text).items():
+                row = by_style.setdefault(style, dict.fromkeys(
+                    ("valid", "valid_accepted", "invalid", "invalid_accepted"), 0))
+                ok = N.matches(a, tx.encode())
+                kind = "valid" if t["valid"] else "invalid"
+                row[kind] += 1
+                row[kind + "_accepted"] += ok
+                if ok and not t["valid"]:
+                    bad_invalid.append(f"[{style}] {tx[:200]}")
         # the canonical text must mean the same instance to the validator (draft-04 reads 1.0
         # as a non-integer; the canonical text "1" is an integer): else it is unrepresentable
         if (check_instance_text(text.encode(), rec["schema"]) == "") != t["valid"]:
@@ -289,6 +337,8 @@ def evaluate_record(rec: dict, samples: int, seed: int = 0) -> dict:
             ia += acc
             if acc:
                 bad_invalid.append(text[:200])
+    if styles:
+        out["by_style"] = by_style
     out.update(valid_total=vt, valid_accepted=va, invalid_total=it, invalid_accepted=ia,
                rejected_valid=bad_valid[:3], accepted_invalid=bad_invalid[:3],
                unrepresentable=unrep)
@@ -381,7 +431,7 @@ def write_suite_table(recs: list[dict], path: str | Path, command: str) -> None:
         f"Accepted-invalid (unsound) instances: **{fp}**. Rejected-valid: {len(fn)} "
         f"({sum(known_false_negative(r) for r in fn)} are documented subsets: leap seconds with "
         "offsets, IDNA A-label hostnames, or schemas compiled with a warning that unconstrained "
-        "values are generated at most `free_value_depth` = 2 levels deep).",
+        "values are generated at most `free_value_depth` levels deep).",
         "",
         "| keyword | " + " | ".join(cols) + " |",
         "|---|" + "---|" * len(cols),
