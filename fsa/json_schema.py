@@ -103,8 +103,8 @@ Semantics of keywords
 * Unconstrained values (``true``, open ``additionalProperties``/``items``) are any JSON with
   arrays/objects nested at most ``free_value_depth`` (:data:`FREE_VALUE_DEPTH` = 6) levels,
   the values of properties an object does not list (``additionalProperties`` unspecified beside
-  ``properties``) :data:`UNLISTED_VALUE_DEPTH` = 2 levels: a documented subset, which warns
-  only when ``free_value_depth`` is lowered below the default.
+  ``properties``) :data:`UNLISTED_VALUE_DEPTH` = 2 levels: a subset, which warns when those
+  unlisted values are built, or when ``free_value_depth`` is lowered below the default.
 * ``patternProperties`` is supported for declared keys, and for additional keys when the patterns
   are pairwise disjoint and ``additionalProperties`` is ``false`` (or the pattern schemas are
   trivially true) — otherwise the key language needs a regex complement.
@@ -1220,6 +1220,7 @@ class JsonSchemaCompiler:
         self._reach: dict[str, frozenset[str]] = {}
         self._states = 0
         self.free_depth_used = False
+        self.unlisted_used = False
         tok = (lambda s: N.concat(self.ws, N.literal(s), self.ws)) if self.ws else N.literal
         self.COMMA = tok(",")
         self.COLON = tok(":")
@@ -1689,6 +1690,8 @@ class JsonSchemaCompiler:
             if not disj and all(not (set(s) & _VALIDATION) for s, _ in flat):
                 unlisted = flat and all(s is _UNLISTED for s, _ in flat)
                 depth = self.unlisted_depth if unlisted else self.free_depth
+                if unlisted and depth < self.free_depth:
+                    self.unlisted_used = True
                 self._cache[key] = self._cache[fkey] = out = [self._any_leaf(depth)]
                 return out
             combos = 1
@@ -2769,6 +2772,14 @@ class JsonSchemaCompiler:
                 "strict=True: properties (items) the schema does not list are not generated "
                 "where additionalProperties (items) is unspecified: a subset of the valid "
                 "instances",
+                stacklevel=3,
+            )
+        if self.unlisted_used:
+            warnings.warn(
+                "values of properties the schema does not list (additionalProperties "
+                f"unspecified beside properties) are generated at most {self.unlisted_depth} "
+                "levels deep: a subset of the valid instances (free_value_depth=N to go deeper, "
+                "strict=True not to generate such properties)",
                 stacklevel=3,
             )
         if self.free_depth_used and self.free_depth < FREE_VALUE_DEPTH:
