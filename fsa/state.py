@@ -503,7 +503,9 @@ class MaskMixin:
             r = remaining if not lcd else (None if remaining >= 1 else 0)
             sid = ids.item(0)
             i = eng._fast_idx.get((sid, r))
-            view[1][0] = eng.table[eng.mask_row(sid, r) if i is None else i]
+            if i is None:
+                i = eng.mask_row(sid, r)  # may grow eng.table: read the table after it
+            view[1][0] = eng.table[i]
             return out
         epoch = eng.epoch
         rows = self._mask_rows(eng, ids, remaining, lcd)

@@ -336,3 +336,28 @@ def test_llama3_lcd_allows_what_gcd_cuts(llama3_vocab, llama3_tokenizer):
         nxt = A.advance(st, torch.tensor([t]))
         assert int(A.distance_to_accept()[nxt.active[0]].min()) <= r - 1
     assert torch.equal(A.allowed(st, 100)[0], lcd)
+
+
+def test_packed_walk_past_64_mask_rows(gpt2_vocab):
+    """Issue 21: the decode-loop fast path read ``eng.table`` before ``mask_row`` grew it, so a
+    walk needing its 65th mask row raised IndexError.  Each step's packed mask (into a reused
+    buffer) must equal the bool mask, and the walk must end accepted."""
+    from tractable.fsa.regex import compile_regex
+
+    A = compile_regex("([0-9]{3},){100}", gpt2_vocab)
+    st = A.start(1)
+    buf = torch.zeros((1, (A.vocab_size + 31) // 32), dtype=torch.int32)
+    rnd = random.Random(1)
+    r = A.min_tokens_to_accept() + 5
+    seq: list[int] = []
+    while r > 0:
+        assert A.allowed_packed(st, r, out=buf) is buf
+        mask = A.allowed(st, r)[0]
+        assert torch.equal(pack_bits(mask[None]), buf)
+        t = rnd.choice(np.flatnonzero(mask.numpy()).tolist())
+        seq.append(t)
+        if t in A.eos_token_ids:
+            break
+        st = A.advance(st, torch.tensor([t]))
+        r -= 1
+    assert len(seq) > 64 and A.accepts(seq)
