@@ -791,9 +791,9 @@ def test_deferred_finalization_keeps_the_language(lo, hi, monkeypatch):
                        "c": {"items": {"$ref": "#/$defs/p"}, "type": "array", "maxItems": 2}},
         "additionalProperties": False}
     want = _nfa(schema)
-    monkeypatch.setattr(JS, "MIN_FINALIZE_REUSED", lo)
-    monkeypatch.setattr(JS, "MAX_FINALIZE_REUSED", hi)
-    monkeypatch.setattr(JS, "_SHARED", {})
+    monkeypatch.setattr(JS._compiler, "MIN_FINALIZE_REUSED", lo)
+    monkeypatch.setattr(JS._compiler, "MAX_FINALIZE_REUSED", hi)
+    monkeypatch.setattr(JS._cache, "_SHARED", {})
     got = _nfa(schema)
     assert (got.num_states, got.finals, got.edges) == (want.num_states, want.finals, want.edges)
     _samples_valid(schema, n=15, max_len=60)

@@ -1,0 +1,141 @@
+"""JSON numbers: the compiler's :class:`_NumbersMixin` (``minimum``/``maximum`` and their
+exclusive forms, ``multipleOf``, ``integer``; canonical decimals from :mod:`..json_formats`,
+every spelling from :mod:`..json_numbers`), and the spellings of non-integral numbers."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from .. import nfa as N
+from ..errors import InvalidSchemaError
+from ..json_formats import multiple_of, number_nfa, number_range
+from ..json_numbers import MAX_NUMBER_STATES, number_language
+from ..nfa import ByteNFA
+from ._automata import _ALL_BYTES
+from ._base import _CompilerBase
+from ._cache import _cached, _share
+from ._nodes import _ptr
+from ._strings import _complement_content
+
+#: Key bytes: the canonical numbers with a fractional part are those containing ``.``.
+_HAS_DOT = ByteNFA(2, 0, frozenset({1}), ((0, _ALL_BYTES & ~(1 << 0x2E), 0), (0, 1 << 0x2E, 1),
+                                          (1, _ALL_BYTES, 1)))
+
+
+#: The exponent bound :func:`~.json_numbers.number_language` uses for ``integer`` by default.
+_INTEGER_MAX_EXPONENT = 16
+
+
+def _bounded_numbers(max_exponent: int) -> ByteNFA:
+    """The number spellings :func:`~.json_numbers.number_language` can generate for
+    ``integer`` with this exponent bound: a zero mantissa with any exponent, a scientific
+    mantissa (one nonzero integer digit) with an exponent of value at most ``max_exponent``,
+    any other mantissa with an exponent of value 0.  A complement of number spellings is
+    taken within it, so that it is exact."""
+    key = ("bounded-numbers", max_exponent)
+    hit = _cached(key)
+    if hit is None:
+        from ..regex import regex_to_nfa
+
+        exp = "|".join(str(i) for i in range(max_exponent + 1))
+        hit = _share(key, N.finalize(regex_to_nfa(
+            rf"-?0(\.0+)?([eE][+-]?[0-9]+)?"
+            rf"|-?[1-9](\.[0-9]+)?[eE][+-]?0*({exp})"
+            rf"|-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?0+)?")))
+    return hit
+
+
+def _non_integral(max_exponent: int | None) -> ByteNFA:
+    """Spellings of numbers with a nonzero fractional value (``not: {type: integer}``), exact
+    for exponents within ``max_exponent``: the bounded spellings minus the integral ones."""
+    key = ("non-integral", max_exponent)
+    hit = _cached(key)
+    if hit is None:
+        max_exponent = _INTEGER_MAX_EXPONENT if max_exponent is None else max_exponent
+        ints = number_language(None, False, None, False, True, (), max_exponent)
+        hit = _share(key, N.finalize(N.intersect(_bounded_numbers(max_exponent),
+                                                 _complement_content(ints))))
+    return hit
+
+
+class _NumbersMixin(_CompilerBase):
+    """Number values: the bounds and ``multipleOf`` of a conjunction, as canonical decimals
+    or as every spelling."""
+
+    def _non_integral(self) -> ByteNFA:
+        return _non_integral(self.max_exponent)
+
+    def _number_value(self, d: Decimal) -> ByteNFA:
+        """Every spelling of the number ``d`` (exponents as :func:`number_language` bounds)."""
+        return self._numbers(d, False, d, False)
+
+    def _numbers(self, lower, lstrict, upper, ustrict, integer=False, mults=()) -> ByteNFA | None:
+        """:func:`~.json_numbers.number_language` with this compiler's exponent bound, shared
+        by all compilers (None: too large)."""
+        key = ("numbers", lower, lstrict, upper, ustrict, integer, tuple(sorted(mults)),
+               self.max_exponent)
+        hit = _cached(key, False)
+        if hit is False:
+            hit = _share(key, number_language(lower, lstrict, upper, ustrict, integer, mults,
+                                              self.max_exponent))
+        return hit
+
+    def _number(self, flat, integer: bool) -> ByteNFA:
+        lower: Decimal | None = None
+        lstrict = False
+        upper: Decimal | None = None
+        ustrict = False
+        mults: list[tuple[Decimal, str]] = []
+
+        def dec(x, p):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise InvalidSchemaError("expected a number", p)
+            return Decimal(repr(x)) if isinstance(x, float) else Decimal(x)
+
+        def lo(x, strict):
+            nonlocal lower, lstrict
+            if lower is None or x > lower or (x == lower and strict):
+                lower, lstrict = x, strict
+
+        def hi(x, strict):
+            nonlocal upper, ustrict
+            if upper is None or x < upper or (x == upper and strict):
+                upper, ustrict = x, strict
+
+        for s, p in flat:
+            if "minimum" in s:
+                lo(dec(s["minimum"], _ptr(p, "minimum")),
+                   s.get("exclusiveMinimum") is True)
+            if "maximum" in s:
+                hi(dec(s["maximum"], _ptr(p, "maximum")),
+                   s.get("exclusiveMaximum") is True)
+            em, eM = s.get("exclusiveMinimum"), s.get("exclusiveMaximum")
+            if em is not None and not isinstance(em, bool):
+                lo(dec(em, _ptr(p, "exclusiveMinimum")), True)
+            if eM is not None and not isinstance(eM, bool):
+                hi(dec(eM, _ptr(p, "exclusiveMaximum")), True)
+            if "multipleOf" in s:
+                m = dec(s["multipleOf"], _ptr(p, "multipleOf"))
+                if m <= 0:
+                    raise InvalidSchemaError("multipleOf must be > 0", _ptr(p, "multipleOf"))
+                mults.append((m, _ptr(p, "multipleOf")))
+        if not self.canonical:
+            a = self._numbers(lower, lstrict, upper, ustrict, integer, [m for m, _ in mults])
+            if a is None:
+                p = mults[0][1] if mults else flat[0][1]
+                self._unsupported("multipleOf" if mults else "type", p,
+                                  f"the number automaton would exceed {MAX_NUMBER_STATES} "
+                                  "states")
+                a = self._numbers(lower, lstrict, upper, ustrict, integer)
+            return a
+        if lower is None and upper is None:
+            a = number_nfa(integer)  # built once per process
+        else:
+            a = number_range(lower, lstrict, upper, ustrict, integer)
+        for m, p in mults:
+            mo = multiple_of(m, integer)
+            if mo is None:
+                self._unsupported("multipleOf", p, f"modulus automaton for {m} is too large")
+                continue
+            a = N.intersect(a, mo)
+        return a
