@@ -1068,61 +1068,10 @@ class _Component(NamedTuple):
     dmap: np.ndarray  # states then targets: relative state or n + exit -> real state
 
 
-def _components(nfa: ByteNFA) -> list[_Component]:
-    """Strongly connected components of the byte NFA without its cut edges, each with at least
-    one internal edge, and large acyclic pieces (see ``_MIN_CHAIN``), in a canonical relative
-    numbering (breadth-first from the entry states, out-edges by (mask, destination)); two
-    copies with equal ``sig`` are isomorphic."""
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    S = nfa.num_states
-    if not nfa.edges:
-        return []
-    src, dst, mid, masks = _edge_arrays(nfa)
-    keep = np.array([not _is_cut(m) for m in masks], dtype=bool)[mid]
-
-    def graph(sel: np.ndarray):
-        """The edges ``sel`` as a CSR matrix; built directly from the (source, destination)
-        order of a finalized NFA's edges (the COO route cost ~70 us more per call).  float64
-        data and int32 indices, the types ``connected_components`` works in: with int8 data
-        it converted first (600 states, 1,500 edges: strong 115 -> 20 us, weak 180 -> 90 us;
-        measured here)."""
-        s_, d_ = src[sel], dst[sel]
-        ones = np.ones(s_.size, dtype=np.float64)
-        if s_.size > 1 and (s_[1:] < s_[:-1]).any():
-            return csr_matrix((ones, (s_, d_)), shape=(S, S))
-        return csr_matrix((ones, d_.astype(np.int32),
-                           np.searchsorted(s_, np.arange(S + 1)).astype(np.int32)),
-                          shape=(S, S))
-
-    g = graph(keep)
-    _, lab = connected_components(g, directed=True, connection="strong")
-    inner = keep & (lab[src] == lab[dst])
-    loops: set[int] = set(np.unique(lab[src[inner]]).tolist())
-    region = [c if c in loops else -1 for c in lab.tolist()]
-    # Chains: the other states joined by cut-free edges, when there are many of them (a string
-    # of at most 255 characters is 255 positions in a row).  Each position's walk covers the
-    # whole vocabulary; as one template they are walked over the chain's own coarse class trie,
-    # once per shape.
-    free = np.array([c < 0 for c in region], dtype=bool)
-    ce = keep & free[src] & free[dst]
-    if np.count_nonzero(ce) >= _MIN_CHAIN - 1:  # fewer edges join no _MIN_CHAIN states
-        gc = graph(ce)
-        _, wl = connected_components(gc, directed=True, connection="weak")
-        size = np.bincount(wl[free], minlength=int(wl.max()) + 1)
-        base = int(lab.max()) + 1
-        for q in np.nonzero(free & (size[wl] >= _MIN_CHAIN))[0].tolist():
-            region[q] = base + int(wl[q])
-            loops.add(region[q])
-    # Absorb satellites: states entered only from a loop's (chain's) region and leaving only
-    # into it (escape sequences inside a JSON string: `\\`, `\\u` and four hex digits).  They
-    # are part of every copy's walk anyway; as members they stop costing a walk each.
-    # Two worklists over the edges: a free state (not the start) whose predecessors all lie in
-    # one region joins it (least fixpoint); then joined states with a successor outside their
-    # region leave it again (greatest fixpoint).  O(edges); the round-by-round array version
-    # took one round per state of a literal key chain (~1 ms per Github_medium schema).
-    reg = np.array(region, dtype=np.int64)
+def _absorb_satellites(region: list[int], src: np.ndarray, dst: np.ndarray, S: int,
+                       start: int) -> list[int]:
+    """Satellites joined to their region (see :func:`_components`): ``region`` per state
+    (-1: free) -> the same with satellites joined.  Not mutated."""
     order_d = np.argsort(dst, kind="stable")
     order_s = np.argsort(src, kind="stable")
     pcount = np.bincount(dst, minlength=S)
@@ -1131,9 +1080,8 @@ def _components(nfa: ByteNFA) -> list[_Component]:
     sptr = np.concatenate([[0], np.cumsum(scount)]).tolist()
     preds = src[order_d].tolist()
     succs = dst[order_s].tolist()
-    rl = reg.tolist()
+    rl = list(region)
     npred = pcount.tolist()
-    start = nfa.start
     seen_r = [-1] * S  # the region seen among a free state's predecessors so far (-2: several)
     seen_n = [0] * S
     grown: list[int] = []
@@ -1167,6 +1115,69 @@ def _components(nfa: ByteNFA) -> list[_Component]:
                 if is_grown[p] and rl[p] == r:
                     is_grown[p] = False
                     leave.append(p)
+    return rl
+
+
+def _components(nfa: ByteNFA) -> list[_Component]:
+    """Strongly connected components of the byte NFA without its cut edges, each with at least
+    one internal edge, and large acyclic pieces (see ``_MIN_CHAIN``), in a canonical relative
+    numbering (breadth-first from the entry states, out-edges by (mask, destination)); two
+    copies with equal ``sig`` are isomorphic."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    S = nfa.num_states
+    if not nfa.edges:
+        return []
+    src, dst, mid, masks = _edge_arrays(nfa)
+    keep = np.array([not _is_cut(m) for m in masks], dtype=bool)[mid]
+
+    def graph(sel: np.ndarray):
+        """The edges ``sel`` as a CSR matrix; built directly from the (source, destination)
+        order of a finalized NFA's edges (the COO route cost ~70 us more per call).  float64
+        data and int32 indices, the types ``connected_components`` works in: with int8 data
+        it converted first (600 states, 1,500 edges: strong 115 -> 20 us, weak 180 -> 90 us;
+        measured here)."""
+        s_, d_ = src[sel], dst[sel]
+        ones = np.ones(s_.size, dtype=np.float64)
+        if s_.size > 1 and (s_[1:] < s_[:-1]).any():
+            return csr_matrix((ones, (s_, d_)), shape=(S, S))
+        return csr_matrix((ones, d_.astype(np.int32),
+                           np.searchsorted(s_, np.arange(S + 1)).astype(np.int32)),
+                          shape=(S, S))
+
+    g = graph(keep)
+    _, lab = connected_components(g, directed=True, connection="strong")
+    inner = keep & (lab[src] == lab[dst])
+    loops: set[int] = set(np.unique(lab[src[inner]]).tolist())
+    region = [c if c in loops else -1 for c in lab.tolist()]
+    # Absorb satellites: states entered only from a loop's (chain's) region and leaving only
+    # into it (escape sequences inside a JSON string: `\\`, `\\u` and four hex digits).  They
+    # are part of every copy's walk anyway; as members they stop costing a walk each.
+    # Two worklists over the edges: a free state (not the start) whose predecessors all lie in
+    # one region joins it (least fixpoint); then joined states with a successor outside their
+    # region leave it again (greatest fixpoint).  O(edges); the round-by-round array version
+    # took one round per state of a literal key chain (~1 ms per Github_medium schema).
+    # Before chains, so that an escape's states (every spelling: ~30 cut-free states after
+    # `\\u`) join their string loop instead of becoming a chain whose exit back into the loop
+    # costs every copy a walk (Kubernetes kb_... : 6.5M of 6.7M explicit token pairs); and again
+    # after, for the chains' own satellites.
+    region = _absorb_satellites(region, src, dst, S, nfa.start)
+    # Chains: the other states joined by cut-free edges, when there are many of them (a string
+    # of at most 255 characters is 255 positions in a row).  Each position's walk covers the
+    # whole vocabulary; as one template they are walked over the chain's own coarse class trie,
+    # once per shape.
+    free = np.array([c < 0 for c in region], dtype=bool)
+    ce = keep & free[src] & free[dst]
+    if np.count_nonzero(ce) >= _MIN_CHAIN - 1:  # fewer edges join no _MIN_CHAIN states
+        gc = graph(ce)
+        _, wl = connected_components(gc, directed=True, connection="weak")
+        size = np.bincount(wl[free], minlength=int(wl.max()) + 1)
+        base = int(lab.max()) + 1
+        for q in np.nonzero(free & (size[wl] >= _MIN_CHAIN))[0].tolist():
+            region[q] = base + int(wl[q])
+            loops.add(region[q])
+    rl = _absorb_satellites(region, src, dst, S, nfa.start)
     reg = np.array(rl, dtype=np.int64)
     region = reg.tolist()
     if not loops:

@@ -131,6 +131,64 @@ def test_all_spellings_of_patterns_and_literals():
         assert not N.matches(a, json.dumps(s + "a").encode())
 
 
+def _every_spelling(ch: str) -> list[str]:
+    """Every JSON spelling of one character (raw, short escape, \\u in all 16 case patterns,
+    surrogate pairs in both cases)."""
+    c = ord(ch)
+    out = []
+    if c >= 0x20 and ch not in '"\\':
+        out.append(ch)
+    if ch in _SHORT:
+        out.append(_SHORT[ch])
+    if c < 0x10000:
+        h = f"{c:04x}"
+        for bits in range(16):
+            out.append("\\u" + "".join(x.upper() if bits >> i & 1 else x
+                                         for i, x in enumerate(h)))
+    else:
+        v = c - 0x10000
+        hi, lo = f"{0xD800 + (v >> 10):04x}", f"{0xDC00 + (v & 0x3FF):04x}"
+        for f1 in (str.lower, str.upper):
+            for f2 in (str.lower, str.upper):
+                out.append(f"\\u{f1(hi)}\\u{f2(lo)}")
+    return sorted(set(out))
+
+
+_EDGE_CPS = [0x00, 0x1F, 0x20, 0x22, 0x2F, 0x30, 0x39, 0x5C, 0x61, 0x7F, 0x80, 0xE9, 0x7FF,
+             0x800, 0xFFF, 0x1000, 0xD7FF, 0xE000, 0xFFFD, 0xFFFF, 0x10000, 0x103FF, 0x10400,
+             0x1F600, 0xFFFFF, 0x100000, 0x10FFFF]
+
+
+@pytest.mark.parametrize("pattern", ["[0-9]", "[^a]", "[\\x00-\\x7f]", "[\\U00010000-\\U0010FFFF]",
+                                     "[\\U0001F600\\U00010000\\u00e9]", "[\\ud7ff\\ue000-\\uffff]",
+                                     "(0[1-9]|1[0-2])", "[a-c]{2}"])
+def test_all_spellings_exhaustive_on_edge_code_points(pattern):
+    """Every spelling of every string over edge code points (UTF-8 length, surrogate, hex
+    digit boundaries) of length 1, or 2 for the two-character patterns (several
+    destinations per state: escapes share their first bytes), against ``re.fullmatch`` on
+    the decoded string; and a junk spelling of each (a lone surrogate, a wrong hex digit)."""
+    import itertools
+    import re
+
+    content = N.finalize(regex_to_nfa(pattern))
+    a = N.finalize(all_spellings(N.concat(J._QUOTE, J._escape_subst(content), J._QUOTE)))
+    chars = [chr(c) for c in _EDGE_CPS] + list("abc0129")
+    n = 2 if pattern in ("(0[1-9]|1[0-2])", "[a-c]{2}") else 1
+    pool = chars if n == 1 else list("abcd0129\u00e9")
+    checked = 0
+    for t in itertools.product(pool, repeat=n):
+        word = "".join(t)
+        want = re.fullmatch(pattern, word) is not None
+        for sp in itertools.product(*[_every_spelling(ch) for ch in t]):
+            text = '"' + "".join(sp) + '"'
+            assert json.loads(text) == word
+            assert N.matches(a, text.encode()) == want, (pattern, word, text)
+            checked += 1
+    assert checked > 100
+    for junk in ['"\\ud800"', '"\\udc00"', '"\\ud83d\\u0041"', '"\\u00g0"', '"\\u12"']:
+        assert not N.matches(a, junk.encode()), junk
+
+
 def test_hex4_spells_exactly_the_intervals():
     ivs = [(0x41, 0x41), (0xE9, 0x100), (0xD7F0, 0xD805), (0xFFFE, 0xFFFF)]
     a = N.finalize(hex4(ivs))

@@ -154,6 +154,31 @@ def test_json_schemas_match_the_direct_walk(i, llama3_vocab):
     assert lifted is not None and lifted.components >= 1
 
 
+@pytest.mark.parametrize("i", range(len(SCHEMAS)))
+def test_every_spelling_schemas_match_the_direct_walk(i, llama3_vocab):
+    """The same in the every-serialization language (``canonical=False``: escape sub-automata
+    of ~30 states per string position, whitespace loops in every gap)."""
+    nfa = N.finalize(json_schema_to_nfa(SCHEMAS[i], canonical=False))
+    assert _compare(nfa, llama3_vocab) is not None
+
+
+def test_escape_states_join_their_string_loop():
+    """Every spelling of a free string: the states of its escape sequences (``\\``, ``u``,
+    hex digits, surrogate pairs; a cut-free piece longer than ``_MIN_CHAIN``) are members of
+    the string loop's component, not a chain of their own whose exit back into the loop would
+    cost every copy a walk."""
+    nfa = N.finalize(json_schema_to_nfa({"type": "string"}, canonical=False,
+                                        whitespace="compact"))
+    comps = L._components(nfa)
+    loop = [c for c in comps if any(s == d and s in set(c.states.tolist())
+                                    for s, _, d in nfa.edges)]
+    assert len(loop) == 1
+    members = set(loop[0].states.tolist())
+    # every state but the start (before the opening quote)
+    assert members == set(range(nfa.num_states)) - {nfa.start}
+    assert len(members) > L._MIN_CHAIN
+
+
 @pytest.mark.parametrize("i", [1, 4, 6])
 def test_component_walks_over_byte_and_class_tries_agree(i, llama3_vocab):
     """Over Llama-3, components walked over the byte trie and over their class tries (none
