@@ -38,6 +38,8 @@ fresh); it is detected and raises ``ValueError`` rather than being mistranslated
 
 from __future__ import annotations
 
+import functools
+
 from . import nfa as N
 from .nfa import ByteNFA
 
@@ -109,23 +111,10 @@ class _Out:
         self.n = n
         self.edges: list[tuple[int, int, int]] = []
         self._free: dict[tuple[int, int], int] = {}
-        self._step: dict[tuple[int, int], int] = {}
 
     def state(self) -> int:
         self.n += 1
         return self.n - 1
-
-    def step(self, src: int, mask: int) -> int:
-        """The state after ``mask`` from ``src`` inside an escape, shared by every escape path
-        that reads the same bytes from ``src`` (a trie: the escapes of one source state to all
-        its destinations share ``\\``, ``u`` and their common hex digits).  Exact: such a state
-        has no other in-edge, so merging two paths' copies of it is the union of their
-        continuations.  ``format: date``: 523 -> 157 byte states."""
-        hit = self._step.get((src, mask))
-        if hit is None:
-            hit = self._step[(src, mask)] = self.state()
-            self.edges.append((src, mask, hit))
-        return hit
 
     def free(self, k: int, dst: int) -> int:
         """A state from which exactly ``k`` hex digits lead to ``dst``."""
@@ -147,11 +136,8 @@ class _Out:
                     m = 0
                     for v in range(a, b + 1):
                         m |= _hexmask(v)
-                    if i == len(prefix) - 1:
-                        d = self.free(k, dst)
-                        self.edges.append((s, m, d))
-                    else:
-                        d = self.step(s, m)
+                    d = self.free(k, dst) if i == len(prefix) - 1 else self.state()
+                    self.edges.append((s, m, d))
                     s = d
 
 
@@ -167,7 +153,8 @@ def _escape_into(o: _Out, src: int, cps: list[tuple[int, int]], dst: int) -> Non
     """Every escape spelling (``\\`` ...) of the code points ``cps`` from src to dst."""
     if not cps:
         return
-    bs = o.step(src, 1 << _BACKSLASH)
+    bs = o.state()
+    o.edges.append((src, 1 << _BACKSLASH, bs))
     short = 0
     for c, letter in _SHORT.items():
         if any(lo <= c <= hi for lo, hi in cps):
@@ -182,7 +169,8 @@ def _escape_into(o: _Out, src: int, cps: list[tuple[int, int]], dst: int) -> Non
                 bmp.append((a, b))
         if hi >= 0x10000:
             astral.append((max(lo, 0x10000), hi))
-    u = o.step(bs, 1 << 0x75)
+    u = o.state()
+    o.edges.append((bs, 1 << 0x75, u))
     if bmp:
         o.hex_intervals(u, bmp, dst)
     for lo, hi in astral:
@@ -216,10 +204,12 @@ def _escape_into(o: _Out, src: int, cps: list[tuple[int, int]], dst: int) -> Non
             o.hex_intervals(u2, [lrange], dst)
 
 
-def _cont_payload_runs(mask: int) -> list[tuple[int, int]]:
-    """Runs of 6-bit payloads of the continuation bytes in ``mask``."""
+@functools.cache
+def _cont_payload_runs(mask: int) -> tuple[tuple[int, int], ...]:
+    """Runs of 6-bit payloads of the continuation bytes in ``mask`` (cached: a handful of
+    distinct masks, ~10k calls per Kubernetes schema)."""
     vals = [b & 0x3F for b in range(0x80, 0xC0) if mask >> b & 1]
-    return _merge([(v, v) for v in vals])
+    return tuple(_merge([(v, v) for v in vals]))
 
 
 def all_spellings(a: ByteNFA) -> ByteNFA:
@@ -244,6 +234,7 @@ def all_spellings(a: ByteNFA) -> ByteNFA:
     boundary = [f.start]
     seen_b = {f.start}
     kept_mid: set[int] = set()
+    memo: dict = {}
 
     def mark(q: int, ph: int) -> None:
         old = phase.get(q)
@@ -277,32 +268,41 @@ def all_spellings(a: ByteNFA) -> ByteNFA:
                 o.edges.append((p, lm, d))
                 mark(d, k)
                 leads = [b for b in range(lead_lo, lead_hi + 1) if lm >> b & 1]
-                _utf8_paths(out, d, k, leads, cps, mark, kept_mid, o)
+                _utf8_paths(out, d, k, leads, cps, mark, kept_mid, o, memo)
         for q, iv in cps.items():
             _escape_into(o, p, _merge(iv), q)
     finals = frozenset(q for q in f.finals if phase.get(q, 0) == 0)
     return ByteNFA(o.n, f.start, finals, tuple(o.edges))
 
 
-def _utf8_paths(out, mid: int, k: int, leads: list[int], cps, mark, kept_mid, o) -> None:
+def _utf8_paths(out, mid: int, k: int, leads: list[int], cps, mark, kept_mid, o,
+                memo: dict) -> None:
     """Follow the ``k`` continuation bytes after a lead byte into ``mid``; record the code
-    points per boundary destination and keep the raw continuation edges (once per state)."""
+    points per boundary destination and keep the raw continuation edges (once per state).
+    ``memo``: (state, bytes left, high-bit intervals) -> the (destination, code points) found,
+    shared by the boundary states whose multi-byte paths meet (each node of a key trie reads
+    every other character through the same continuation states)."""
     lead_bits = {1: 5, 2: 4, 3: 3}[k]
     lead_payload = _merge([(b & ((1 << lead_bits) - 1),) * 2 for b in leads])
 
-    def walk(state: int, left: int, prefixes: list[tuple[int, int]]) -> None:
+    def walk(state: int, left: int, prefixes: list[tuple[int, int]]):
         # prefixes: intervals of the code point's high bits read so far
+        key = (state, left, tuple(prefixes))
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
         if state not in kept_mid:
             kept_mid.add(state)
             for m, d in out[state]:
                 o.edges.append((state, m, d))
+        found: list[tuple[int, list[tuple[int, int]]]] = []
         for m, d in out[state]:
             runs = _cont_payload_runs(m)
             if not runs:
                 continue
             mark(d, left - 1)
             nxt: list[tuple[int, int]] = []
-            full = runs == [(0, 63)]
+            full = runs == ((0, 63),)
             for lo, hi in prefixes:
                 if full:
                     nxt.append((lo << 6, (hi << 6) | 63))
@@ -311,11 +311,14 @@ def _utf8_paths(out, mid: int, k: int, leads: list[int], cps, mark, kept_mid, o)
                         nxt.extend(((v << 6) | a, (v << 6) | b) for a, b in runs)
             nxt = _merge(nxt)
             if left == 1:
-                cps.setdefault(d, []).extend(nxt)
+                found.append((d, nxt))
             else:
-                walk(d, left - 1, nxt)
+                found.extend(walk(d, left - 1, nxt))
+        memo[key] = found
+        return found
 
-    walk(mid, k, lead_payload)
+    for d, iv in walk(mid, k, lead_payload):
+        cps.setdefault(d, []).extend(iv)
 
 
 def _escape_paths(out, s1: int, p: int, cps, mark) -> None:

@@ -13,6 +13,7 @@ from .. import nfa as N
 from ..errors import InvalidSchemaError, UnsupportedSchemaError
 from ..json_refs import RefResolver
 from ..nfa import ByteNFA
+from ..nfa_subsets import merge_parallel
 from ._arrays import _ArraysMixin
 from ._cache import _cached, _share
 from ._constants import (
@@ -372,6 +373,9 @@ class JsonSchemaCompiler(
         if self.ws is _WS_ANY:  # a JSON text: ws value ws (RFC 8259 §2)
             out = N.concat(_WS_ANY, out, _WS_ANY)
         out = N.finalize(out)
+        if self.ws is not None:
+            # gaps that meet (`ws ","` | `ws "]"` after an item) share one whitespace loop
+            out = merge_parallel(out, _WS_MASK)
         if self.truncated:
             warnings.warn(
                 f"recursive $ref unrolled to depth {self.max_depth} at "
