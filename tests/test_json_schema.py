@@ -961,16 +961,18 @@ def _pydantic_models():
     return pydantic, Person, Address
 
 
-def test_pydantic_model_compiles_warning_only_for_unlisted_values(llama3_vocab, llama3_tokenizer):
-    """An ordinary model compiles; its only warning is the one subset it has: pydantic leaves
-    objects open (extra="ignore"), whose unlisted property values are generated shallowly."""
+def test_pydantic_model_compiles_without_warning(llama3_vocab, llama3_tokenizer):
+    """An ordinary model compiles with no warning (issue 19): the keys a model ignores
+    (pydantic's default extra="ignore") are not generated, as model_dump_json never writes
+    them; the model's JSON Schema as a dict keeps its open objects (and their one warning)."""
     pydantic, Person, Address = _pydantic_models()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         A = compile_json_schema(Person, llama3_vocab)
         B = compile_json_schema(pydantic.TypeAdapter(list[Address]), llama3_vocab)
-    msgs = {str(w.message)[:41] for w in caught}
-    assert msgs == {"values of properties the schema does not "}, msgs
+        E = compile_json_schema(Person, llama3_vocab, canonical=False)
+    with pytest.warns(UserWarning, match="values of properties the schema does not list"):
+        json_schema_to_nfa(Person.model_json_schema())
     p = Person(name="Ann", age=30, height=1.5, address={"street": "Main St", "zip_code": 123},
                tags=["a", "b"], color="red", kind="user", scores={"x": 1, "y": 22})
     # through serialize_instance: the model's own float spelling is not the point here
@@ -980,6 +982,21 @@ def test_pydantic_model_compiles_warning_only_for_unlisted_values(llama3_vocab, 
                                                                 kind="root")]:
         text = serialize_instance(bad, Person)
         assert not A.accepts(llama3_tokenizer.encode(text, add_special_tokens=False).ids)
+    extra = dict(p.model_dump(mode="json"), extra_key=1)
+    assert Person.model_validate(extra) == p  # ignored by the model: not generated
+    text = serialize_instance(extra, Person.model_json_schema())
+    assert not A.accepts(llama3_tokenizer.encode(text, add_special_tokens=False).ids)
+    with pytest.warns(UserWarning, match="values of properties"):
+        open_nfa = N.finalize(json_schema_to_nfa(Person.model_json_schema()))
+    assert N.matches(open_nfa, text.encode())
+    # every serialization: what model_dump_json writes (floats as Python writes them), and
+    # json.dumps' defaults (", ", ": ", \u escapes) and indent=2
+    q = p.model_copy(update={"height": 2.0, "name": "Zoë", "scores": {"x": 1}})
+    for text in [q.model_dump_json(), q.model_dump_json(indent=2),
+                 json.dumps(q.model_dump(mode="json")),
+                 json.dumps(q.model_dump(mode="json"), indent=2)]:
+        assert E.accepts(llama3_tokenizer.encode(text, add_special_tokens=False).ids), text
+        assert Person.model_validate_json(text) == q
     addrs = [Address(street="A", zip_code=1), Address(street="Bb", zip_code=99999)]
     text = pydantic.TypeAdapter(list[Address]).dump_json(addrs).decode()
     assert B.accepts(llama3_tokenizer.encode(text, add_special_tokens=False).ids)
@@ -1002,8 +1019,11 @@ def test_pydantic_strict_warns_only_where_objects_are_open():
         warnings.simplefilter("error")
         a = N.finalize(json_schema_to_nfa(Closed, strict=True))  # no open object: no warning
     assert N.matches(a, b'{"n":5}') and not N.matches(a, b'{"n":5,"m":1}')
-    with pytest.warns(UserWarning, match="strict=True"):  # pydantic's default: open objects
+    with warnings.catch_warnings():  # a model: keys it ignores are not generated anyway
+        warnings.simplefilter("error")
         json_schema_to_nfa(Address, strict=True)
+    with pytest.warns(UserWarning, match="strict=True"):  # its schema dict: open objects
+        json_schema_to_nfa(Address.model_json_schema(), strict=True)
 
 
 # --------------------------------------------------------------------------- free values

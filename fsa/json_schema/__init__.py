@@ -201,7 +201,9 @@ def json_schema_to_nfa(
     Args:
         schema: a JSON Schema (dict, bool, or JSON text), or a pydantic model class or
             ``TypeAdapter`` (anything with ``model_json_schema()`` or ``json_schema()``: its
-            schema; pydantic itself is not imported).
+            schema, with ``additionalProperties: false`` where the model ignores extra keys,
+            pydantic's default, so that no key the model would drop is generated; pydantic
+            itself is not imported).
         canonical: ``True`` (the default, for now): accept only the canonical serialization
             of each instance (what :func:`serialize_instance` writes; compact unless
             ``whitespace`` says otherwise).  ``False``: every RFC 8259 serialization of each

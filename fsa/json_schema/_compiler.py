@@ -51,14 +51,35 @@ MAX_FINALIZE_REUSED = 250_000
 def _schema_of(schema: Any) -> Any:
     """``schema`` itself, or the JSON Schema a pydantic model class (or instance) or
     ``TypeAdapter`` generates: duck-typed (``model_json_schema()``, else ``json_schema()``),
-    so pydantic stays an optional dependency that this module never imports."""
+    so pydantic stays an optional dependency that this module never imports.
+
+    A generated schema is *closed* where the model ignores extra keys: pydantic writes
+    ``additionalProperties: false`` for ``extra="forbid"``, ``true`` for ``extra="allow"`` and
+    nothing for ``extra="ignore"`` (its default), whose keys ``model_validate_json`` drops.  Such
+    objects get ``additionalProperties: false``: the texts generated for a model are those
+    ``model_dump_json`` can write (in every spelling), each parsing to the same object.  Pass
+    ``Model.model_json_schema()`` to compile the JSON Schema's own open objects instead."""
     if isinstance(schema, (dict, bool, str, bytes, list, int, float)) or schema is None:
         return schema
     for name in ("model_json_schema", "json_schema"):
         make = getattr(schema, name, None)
         if callable(make):
-            return make()
+            return _close_ignored_extras(make())
     return schema
+
+
+def _close_ignored_extras(node: Any) -> Any:
+    """A copy of a pydantic-generated schema with ``additionalProperties: false`` on every
+    object schema that lists ``properties`` and says nothing about other keys."""
+    if isinstance(node, list):
+        return [_close_ignored_extras(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _close_ignored_extras(v) for k, v in node.items()}
+    if ("properties" in out and "additionalProperties" not in out
+            and "patternProperties" not in out and "unevaluatedProperties" not in out):
+        out["additionalProperties"] = False
+    return out
 
 
 class JsonSchemaCompiler(
