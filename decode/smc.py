@@ -47,7 +47,12 @@ class Potential:
     """A twist φ over prefixes (batched, reorderable).  ``log_value(state, remaining)`` →
     float [B] = log φ(prefix); complete outputs are judged by ``log_final(state)`` (default 0 =
     no extra factor).  ``log_next(state, remaining)`` → float [B, V] = log φ(prefix + v), used by
-    the ``"pgcd"`` proposal; return None if unavailable."""
+    the ``"pgcd"`` proposal; return None if unavailable.
+
+    A run starts from the weight φ(∅) and a particle's twist telescopes to ``log_final`` when it
+    completes, so Ĝ is unbiased for any scale of φ; but ``log_value`` must be on the scale of
+    ``log_final`` (φ of a complete output = its final factor), or every resampling step between
+    finished and unfinished particles is skewed by the ratio of the two scales."""
 
     def start(self, batch_size: int) -> Any:
         raise NotImplementedError

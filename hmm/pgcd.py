@@ -7,9 +7,16 @@ of ``n`` new tokens (EOS convention of :mod:`tractable.hmm.product`):
   exactly where the GCD mask is (``p_hmm(· | x_<t, C)`` is Algorithm 1's next-token
   distribution; tokens with no accepted completion within the budget get ``−inf`` for every
   ``w``, including ``w = 1``, so the proposal is always budget-safe);
-* **potential** ``φ(x_{1:t}) ∝ p_lm(x_{1:t}) · p_hmm(x_{1:t} | C) / p_hmm(x_{1:t})``: this
-  module computes the HMM factor ``log p_hmm(x_{1:t} | C) − log p_hmm(x_{1:t})``
-  (:meth:`PGCD.log_potential`, 0 at ``t = 0``); the sampler adds ``log p_lm(x_{1:t})``.
+* **potential** ``φ(x_{1:t}) ∝ p_lm(x_{1:t}) · p_hmm(C | x_{1:t})``: this module computes the
+  HMM factor ``log φ_hmm(x_{1:t}) = log p_hmm(C | x_{1:t})`` (:meth:`PGCD.log_potential`;
+  the sampler adds ``log p_lm(x_{1:t})``).  Finished and unfinished prefixes are on one scale:
+  ``log p_hmm(C)`` at ``t = 0``, exactly 0 for a finished accepted output (``p_hmm(C | x) = 1``,
+  equal to :meth:`PGCD.log_final`): SMC starts from the weight ``φ_hmm(∅) = p_hmm(C)``, the
+  twist telescopes away (Ẑ estimates Z), and finished and unfinished particles compete on equal
+  terms at every resampling.  (The paper's second form ``p_hmm(x_{1:t} | C) / p_hmm(x_{1:t})``
+  differs by the constant ``1 / p_hmm(C)``; applied to unfinished prefixes but not to finished
+  outputs, whose potential is 1, it over-weights every unfinished particle by ``1 / p_hmm(C)``
+  at each resampling — ~e^15 for a distilled HMM — and SMC's estimates become heavy-tailed.)
 
 :class:`PGCD` holds the compiled product (shared, immutable); its state is a
 :class:`~tractable.hmm.product.ProductState` (batched; ``select`` reorders it for SMC
@@ -119,10 +126,12 @@ class PGCD:
     # ------------------------------------------------------------------ potential
 
     def log_potential(self, state: ProductState) -> torch.Tensor:
-        """float64 [B]: ``log p_hmm(x_{1:t} | C) − log p_hmm(x_{1:t})`` (the HMM factor of
-        φ_pgcd; add ``log p_lm(x_{1:t})`` for φ itself).  0 at t = 0; a finished row keeps
-        the value it had at its EOS."""
-        return self.product.log_constraint_weight(state)
+        """float64 [B]: ``log φ_hmm(x_{1:t}) = log p_hmm(C | x_{1:t})`` (the HMM factor of
+        ``φ_pgcd(x_{1:t}) ∝ p_lm(x_{1:t}) · p_hmm(C | x_{1:t})``, §4.3; add
+        ``log p_lm(x_{1:t})`` for φ itself).  ``log p_hmm(C)`` at t = 0; exactly 0 for a
+        finished accepted row (EOS emitted, or the budget used up); see
+        :meth:`~tractable.hmm.product.HMMAutomatonProduct.log_constraint_prob`."""
+        return self.product.log_constraint_prob(state)
 
     def log_potential_increment(self, prev: ProductState, new: ProductState) -> torch.Tensor:
         """float64 [B]: ``log φ_hmm(x_{1:t+1}) − log φ_hmm(x_{1:t})`` between two states of the
@@ -141,22 +150,38 @@ class PGCD:
                 f"{state.t} it expects remaining={self.max_new_tokens - state.t}, got {r}")
 
     def log_value(self, state: ProductState, remaining=None) -> torch.Tensor:
-        """``Potential.log_value``: :meth:`log_potential`."""
+        """``Potential.log_value``: float64 [B] :meth:`log_potential`, ``log p_hmm(C | x)``."""
         self._check_remaining(state, remaining)
         return self.log_potential(state)
 
     def log_final(self, state: ProductState) -> torch.Tensor:
-        """``Potential.log_final``: 0 (the P-GCD twist is removed at the end)."""
+        """``Potential.log_final``: float64 [B] zeros — ``log p_hmm(C | x) = 0`` for a complete
+        accepted output (the value :meth:`log_value` gives it), so the twist is removed at the
+        end and the SMC target stays ``p_lm · 1_C``; acceptance itself is the constraint's
+        job."""
         return torch.zeros(state.batch_size, dtype=torch.float64)
 
     def log_next(self, state: ProductState, remaining=None) -> torch.Tensor:
-        """``Potential.log_next``: float64 [B, V] ``log φ_hmm(x_{1:t} v)`` for every v, i.e.
-        ``log p_hmm(v | x, C) − log p_hmm(v | x) + log φ_hmm(x)`` (−inf where masked)."""
+        """``Potential.log_next``: float64 [B, V] ``log φ_hmm(x_{1:t} v) = log p_hmm(C | x v)``
+        for every v, on the scale of :meth:`log_value` (``log_next(x)[v] ==
+        log_value(advance(x, v))``): ``log p_hmm(v | x, C) − log p_hmm(v | x) + log φ_hmm(x)``
+        for a text token; exactly 0 where ``x v`` is finished and accepted (v an EOS id, or
+        ``t + 1 = n``); −inf where masked.  A finished row gives 0 at its first EOS id and
+        −inf elsewhere."""
         self._check_remaining(state, remaining)
         lc = self.next_token_logprobs(state)
+        allowed = lc > _NEG_INF
+        if state.t + 1 == self.max_new_tokens:  # every extension is a complete output
+            return torch.where(allowed, 0.0, _NEG_INF).to(torch.float64)
         lu = torch.log(state.a.double() @ self.hmm.emission.double())  # p_hmm(v | x) [B, V]
         out = lc - lu + self.log_potential(state)[:, None]
-        return out.masked_fill(lc == _NEG_INF, _NEG_INF)
+        eos = list(self.eos_token_ids)
+        if eos:
+            out[:, eos] = 0.0
+        out = out.masked_fill(~allowed, _NEG_INF)
+        if bool(state.done.any()):
+            out[state.done] = lc[state.done]  # 0 at the first EOS id, −inf elsewhere
+        return out
 
     def __repr__(self) -> str:
         return (f"PGCD(w={self.w}, max_new_tokens={self.max_new_tokens}, hmm={self.hmm!r}, "

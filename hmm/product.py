@@ -3,8 +3,10 @@
 ``p_prod(x) ∝ p_hmm(x) · #accepting paths of x`` over the sequences allowed by a token budget
 ``n``; for a DFA this is ``p_hmm(x | C)`` (Thm. 4.3: one accepting path per accepted string).
 :class:`HMMAutomatonProduct` computes, for a batch of prefixes, the next-token distribution
-``p_prod(x_t = v | x_<t)`` for every ``v`` (Algorithm 1) and the prefix weight
-``p_hmm(x_{1:t} | C) / p_hmm(x_{1:t})`` used by the P-GCD potential (§4.3).
+``p_prod(x_t = v | x_<t)`` for every ``v`` (Algorithm 1), the look-ahead
+``p_hmm(C | x_{1:t})`` of the P-GCD potential (§4.3, :meth:`~HMMAutomatonProduct.
+log_constraint_prob`) and the prefix weight ``p_hmm(x_{1:t} | C) / p_hmm(x_{1:t}) =
+p_hmm(C | x_{1:t}) / p_hmm(C)`` (:meth:`~HMMAutomatonProduct.log_constraint_weight`).
 
 Budget and EOS convention (the same as the GCD masks, ``/tmp/team`` "Budget convention"):
 a sequence is ``k ≤ n`` text tokens accepted by the automaton, followed by one EOS id when
@@ -111,7 +113,7 @@ class ProductState:
     * ``log_c_scale`` [B]: log of that rescaling (log #paths when the counts are 1-hot);
     * ``log_p_hmm`` [B]: ``log p_hmm(x_{1:t})``;
     * ``done`` bool [B]: the row emitted EOS; ``log_weight_done`` [B]: its final
-      ``log p_hmm(C | x) − log p_hmm(C)``.
+      ``log p_hmm(x | C) − log p_hmm(x)`` (``= log #accepting paths − log p_hmm(C)``).
     """
 
     t: int
@@ -148,6 +150,10 @@ class HMMAutomatonProduct:
         VocabularyMismatchError: different vocabularies.
         UnsatisfiableBudgetError: no accepted sequence fits in ``max_tokens`` tokens (or all of
             them have HMM probability 0).
+
+    Attributes:
+        log_gamma: ``log p_hmm(C)`` (float; ``C`` weighted by accepting-path counts for an
+            NFA), the normalizer of ``p_prod`` from the backward pass.
 
     The object is immutable after construction and may be shared by requests with the same
     budget; per-request state lives in :class:`ProductState`.
@@ -427,11 +433,39 @@ class HMMAutomatonProduct:
             out[state.done] = d
         return out
 
+    def log_constraint_prob(self, state: ProductState) -> torch.Tensor:
+        """float64 [B]: ``log p_hmm(C | x_{1:t})``, the HMM look-ahead of the P-GCD potential
+        ``φ_pgcd(x_{1:t}) ∝ p_lm(x_{1:t}) · p_hmm(C | x_{1:t})`` (paper 002 §4.3), on one scale
+        for every row:
+
+        * ``t = 0``: ``log p_hmm(C)`` (:attr:`log_gamma`);
+        * an unfinished row: ``log Σ_{y ⊒ x_{1:t}} p_hmm(y) · #paths(y) − log p_hmm(x_{1:t})``
+          over the complete sequences ``y`` within the budget (EOS convention of the module
+          docstring; ``#paths = 1`` for a DFA, so this is ``p_hmm(C | x_{1:t}) ≤ 1``; an NFA
+          weights ``C`` by accepting-path counts, Thm. 4.4, and the value may exceed 0);
+        * a finished row — it emitted EOS, or ``t = n`` (the budget is used up): exactly 0
+          (``p_hmm(C | x) = 1``) when ``x`` is accepted, ``−inf`` when it is not (``advance``
+          refuses tokens that lead there, so only a hand-built state can hold such a row).
+
+        ``log_constraint_prob = log_constraint_weight + log p_hmm(C)`` on unfinished rows.
+        Cost O(B·H·S)."""
+        val = self._weight(state) + self.log_gamma
+        fin = state.done
+        if state.t == self.n:
+            fin = torch.ones_like(fin)
+        if bool(fin.any()):
+            acc = (state.c * self.final.to(state.c.dtype)[None, :]).sum(1) > 0
+            end = torch.where(state.done | acc, 0.0, _NEG_INF).to(torch.float64)
+            val = torch.where(fin, end, val)
+        return val
+
     def log_constraint_weight(self, state: ProductState) -> torch.Tensor:
         """float64 [B]: ``log p_hmm(x_{1:t} | C) − log p_hmm(x_{1:t})``
-        (``= log p_hmm(C | x_{1:t}) − log p_hmm(C)``, the HMM factor of the P-GCD potential,
-        §4.3; ``C`` weighted by path counts for an NFA).  0 at ``t = 0``; for a finished row,
-        the value at its EOS.  Cost O(B·H·S)."""
+        (``= log p_hmm(C | x_{1:t}) − log p_hmm(C)``, the prefix weight of Algorithm 1's
+        ``p_prod``; ``C`` weighted by path counts for an NFA).  0 at ``t = 0``; for a finished
+        row, the value at its EOS (``log #paths − log p_hmm(C)``).  The P-GCD potential uses
+        :meth:`log_constraint_prob` instead (the same up to ``log p_hmm(C)`` on unfinished
+        rows, and 0 on finished ones).  Cost O(B·H·S)."""
         return self._weight(state)
 
     def _weight(self, state: ProductState) -> torch.Tensor:

@@ -225,13 +225,15 @@ def test_support_equals_gcd_mask_on_real_vocab(gpt2_vocab):
 
 
 def test_potential_is_ratio_of_prefix_marginals():
-    """Π_t p_hmm(x_t | x_<t, C) = p_hmm(x_{1:t} | C) = p_hmm(x_{1:t}) · φ_hmm(x_{1:t}), and the
-    increments telescope."""
+    """Π_t p_hmm(x_t | x_<t, C) = p_hmm(x_{1:t} | C) = p_hmm(x_{1:t}) · p_hmm(C | x_{1:t}) /
+    p_hmm(C), and the potential's increments telescope from log φ_hmm(∅) = log p_hmm(C)."""
     A = nfa_ambiguous()
     hmm = _hmm(3, 5, seed=5)
     n = 5
     pg = PGCD(A, hmm, n, w=0.3)
     st_ = pg.start(2)
+    log_gamma = pg.product.log_gamma
+    assert pg.log_potential(st_).tolist() == [log_gamma, log_gamma]
     rng = np.random.default_rng(3)
     lp_c = torch.zeros(2, dtype=torch.float64)
     total_inc = torch.zeros(2, dtype=torch.float64)
@@ -245,15 +247,19 @@ def test_potential_is_ratio_of_prefix_marginals():
         st_ = new
         for b in range(2):
             seqs[b].append(int(toks[b]))
-        if bool(st_.done.all()):
-            break
         if bool(st_.done.any()):
             break
     for b in range(2):
         lp_hmm = math.log(hmm_prefix_prob(hmm, seqs[b]))
         assert float(st_.log_p_hmm[b]) == pytest.approx(lp_hmm, rel=1e-10)
-        assert float(lp_c[b]) == pytest.approx(lp_hmm + float(pg.log_potential(st_)[b]), rel=1e-9)
-        assert float(total_inc[b]) == pytest.approx(float(pg.log_potential(st_)[b]), rel=1e-9)
+        w = float(pg.product.log_constraint_weight(st_)[b])
+        assert float(lp_c[b]) == pytest.approx(lp_hmm + w, rel=1e-9)
+        phi = float(pg.log_potential(st_)[b])
+        assert float(total_inc[b]) == pytest.approx(phi - log_gamma, rel=1e-9)
+        if bool(st_.done[b]) or st_.t == n:
+            assert phi == 0.0  # a finished accepted output: p_hmm(C | x) = 1
+        else:
+            assert phi == pytest.approx(w + log_gamma, rel=1e-9)
 
 
 def test_log_next_is_potential_of_extension():
@@ -271,6 +277,75 @@ def test_log_next_is_potential_of_extension():
         assert float(pg.log_value(nxt)[0]) == pytest.approx(float(ln[v]), rel=1e-9, abs=1e-12)
     with pytest.raises(ValueError):
         pg.log_value(st_, remaining=2)
+
+
+def _brute_constraint_prob(hmm, complete: list, prefix: tuple, n: int, eos) -> float:
+    """``p_hmm(C | prefix)`` by enumeration: ``Σ_{y ⊒ prefix} p_hmm(y) · #paths(y) /
+    p_hmm(prefix)`` over the complete sequences ``y``; 1 or 0 for a finished prefix (it ends
+    with EOS or has ``n`` tokens) that is or is not accepted."""
+    k = len(prefix)
+    if k and (prefix[-1] in eos or k == n):
+        return 1.0 if any(y == prefix for y, _, _ in complete) else 0.0
+    num = sum(p * w for y, p, w in complete if y[:k] == prefix)
+    return num / hmm_prefix_prob(hmm, prefix)
+
+
+@pytest.mark.parametrize("name", sorted(AUTOMATA))
+@pytest.mark.parametrize("H,n", [(1, 3), (3, 4), (2, 5)])
+def test_potential_is_constraint_prob_by_enumeration(name, H, n):
+    """The P-GCD potential on one scale (§4.3: φ_hmm(x) = p_hmm(C | x)), against brute force
+    over every prefix of every complete sequence (finished ones included): log p_hmm(C) at
+    t = 0, Σ over completions for unfinished prefixes, exactly 0 = log_final for finished
+    accepted outputs; ``log_next(x)[v] == log_value(x v)`` for every v (−inf ⇔ not allowed)."""
+    A = AUTOMATA[name]()
+    hmm = _hmm(H, A.vocab_size, seed=7 * H + n)
+    try:
+        pg = PGCD(A, hmm, n)
+    except UnsatisfiableBudgetError:
+        pytest.skip("no accepted sequence within the budget")
+    complete = enumerate_complete_sequences(hmm, A, n)
+    eos = set(A.eos_token_ids)
+    Z = sum(p * w for _, p, w in complete)
+    assert pg.product.log_gamma == pytest.approx(math.log(Z), rel=1e-10)
+    prefixes = sorted({y[:k] for y, _, _ in complete for k in range(len(y) + 1)})
+    V = A.vocab_size
+    for pre in prefixes:
+        st_ = pg.start(1)
+        for x in pre:
+            st_ = pg.advance(st_, torch.tensor([x]))
+        got = float(pg.log_value(st_, remaining=n - len(pre))[0])
+        ref = _brute_constraint_prob(hmm, complete, pre, n, eos)
+        assert math.exp(got) == pytest.approx(ref, rel=1e-9), pre
+        if not pre:
+            assert got == pg.product.log_gamma
+        finished = bool(st_.done[0]) or len(pre) == n
+        if finished:
+            assert got == 0.0 and float(pg.log_final(st_)[0]) == 0.0  # the same scale
+            continue
+        if name.startswith("dfa"):
+            assert got <= 1e-12  # a probability: p_hmm(C | x) ≤ 1
+        ln = pg.log_next(st_, remaining=n - len(pre))[0]
+        for v in range(V):
+            if ln[v] == -math.inf:
+                with pytest.raises(TokenError):
+                    pg.advance(st_, torch.tensor([v]))
+                continue
+            nxt = pg.log_value(pg.advance(st_, torch.tensor([v])))[0]
+            assert float(nxt) == pytest.approx(float(ln[v]), rel=1e-9, abs=1e-12), (pre, v)
+
+
+def test_constraint_prob_of_rejected_finished_row():
+    """A finished row that is not accepted (only a hand-built state can hold one: ``advance``
+    refuses such tokens) has p_hmm(C | x) = 0; an accepted one 1."""
+    import dataclasses
+
+    A = dfa_ab_star_c()
+    prod = HMMAutomatonProduct(_hmm(2, 5, seed=3), A, 2)
+    st_ = prod.advance(prod.advance(prod.start(2), torch.tensor([0, 0])), torch.tensor([3, 3]))
+    assert prod.log_constraint_prob(st_).tolist() == [0.0, 0.0]  # "ac": accepted at t = n
+    start = prod.start(2)  # state 0 ("(a|b)*", not final) with t = n: rejected
+    bad = dataclasses.replace(start, t=2)
+    assert prod.log_constraint_prob(bad).tolist() == [-math.inf, -math.inf]
 
 
 # ----------------------------------------------------------------------------- proposal
