@@ -242,12 +242,18 @@ class _StringsMixin(_CompilerBase):
 
     def _spell(self, a: ByteNFA) -> ByteNFA:
         """Every spelling of the canonical quoted strings ``a`` (itself when ``canonical``);
-        cached on ``a`` (shared bodies, keys and formats are spelled once)."""
+        cached on ``a`` and, by its finalized shape, across compilers (keys, enum literals,
+        formats and bodies recur across schemas: each is spelled once per process)."""
         if self.canonical:
             return a
         hit = a._cache.get("spelled")
         if hit is None:
-            hit = a._cache["spelled"] = all_spellings(a)
+            f = N.finalize(a, reduce=False)
+            key = ("spelled", f.num_states, f.start, f.finals, f.edges)
+            hit = _cached(key)
+            if hit is None:
+                hit = _share(key, all_spellings(f))
+            a._cache["spelled"] = hit
         return hit
 
     def _pattern(self, pattern: str, p: str) -> ByteNFA | None:
