@@ -27,8 +27,13 @@ Errors, all raised before a wrong token could reach the output:
 
 * :class:`~tractable.fsa.errors.UnsatisfiableBudgetError` at construction when no accepted
   output fits in ``max_new_tokens``;
-* :class:`BudgetExceededError` when ``generate`` asks for a token past ``max_new_tokens`` for a
-  row that has not finished (``generate(max_new_tokens=...)`` larger than the processor's);
+* none when ``generate`` asks for a token past ``max_new_tokens`` for a row that has not
+  finished (``generate(max_new_tokens=...)`` larger than the processor's): that row is given EOS
+  (its score 0, every other -inf; counted in ``budget_ended_rows``), so the batch survives and,
+  under GCD, the row ends accepted.  :class:`BudgetExceededError` only where the automaton has
+  no EOS id.  The other mismatch, a ``generate`` budget *smaller* than the processor's, cannot be
+  seen from inside a processor (Hugging Face passes it no budget): rows are then cut where
+  ``generate`` stops, possibly unfinished.  :func:`tractable.generate` takes one budget for both;
 * :class:`~tractable.fsa.errors.TokenError` when a row continued with a token the previous mask
   did not allow (another processor after this one re-enabled it, or a sampler ignored ``-inf``),
   naming the row and the token id.  In beam search such rows are legitimate — a beam whose
@@ -68,6 +73,7 @@ _MODES = ("gcd", "lcd")
 # dictionary values for rows that no longer have an automaton state
 _FINISHED = -2  # an EOS id was generated (valid end)
 _PRUNED = -1  # a disallowed token was chosen in beam search (score -inf; never returned)
+_BUDGET_END = -3  # generate went past max_new_tokens: the row is given EOS now
 
 
 def unpack_token_bitmask(packed: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -132,6 +138,7 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
         prompt_length: the prompt width fixed at the first call (None before).
         calls: number of calls; mask_seconds: time spent in them (advance + masks + apply).
         pruned_rows: beam rows pruned after taking a masked (-inf) token (beam search only).
+        budget_ended_rows: live rows given EOS because ``generate`` went past ``max_new_tokens``.
         history: list of (input_ids, bool [B, V] masks) per call when ``record=True``.
     """
 
@@ -185,6 +192,7 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
         self._packed: torch.Tensor | None = None
         self.calls = 0
         self.pruned_rows = 0
+        self.budget_ended_rows = 0
         self.mask_seconds = 0.0
         self.history: list[tuple[torch.Tensor, torch.Tensor]] = []
 
@@ -263,6 +271,7 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
         adv_parent: list[int] = []  # row), or a 1-row AutomatonState (replayed prefix)
         adv_tok: list[int] = []
         pruning: list[bool] = []
+        ended_now: set[tuple[int, ...]] = set()  # prefixes given EOS at this call
         for b in range(B):
             key = tuple(gen[b])
             code = new_keys.get(key)
@@ -287,13 +296,20 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
                         src = len(adv_parent)
                         adv_parent.append(parent)
                         adv_tok.append(tok)
-                if src is not None:
-                    if remaining <= 0:
+                if src is not None and remaining <= 0:
+                    # generate's budget is larger than ours: end the row here (GCD kept it
+                    # within 0 tokens of acceptance at the last step, so it is accepted now)
+                    if not self._eos:
                         raise BudgetExceededError(self.max_new_tokens, n, b)
+                    ended_now.add(key)
+                    code, src = _BUDGET_END, None
+                if src is not None:
                     code = len(sources)
                     sources.append(src)
                 new_keys[key] = code
             row_code[b] = code
+            if key in ended_now:
+                self.budget_ended_rows += 1
 
         # batched forward step (eq. 3) for the unique live prefixes, then their masks
         U = len(sources)
@@ -330,6 +346,12 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
         self._state = state
         self._packed = packed_u
         out = apply_token_bitmask(scores, packed)
+        if _BUDGET_END in row_code:
+            # rows past the budget are given EOS whatever earlier processors did to its score
+            rows = [b for b in range(B) if row_code[b] == _BUDGET_END]
+            eos = min(self._eos)
+            out[rows] = float("-inf")
+            out[rows, eos] = 0.0
         self.calls += 1
         self.mask_seconds += time.perf_counter() - t0
         if self.record:

@@ -254,13 +254,32 @@ class _NoEOS(transformers.LogitsProcessor):
         return scores
 
 
-def test_generation_past_budget_raises(model, hf_tok, vocab):
+def test_generation_past_budget_ends_rows_with_eos(model, hf_tok, vocab):
+    """generate's budget larger than the processor's (issue 22): the row is given EOS at the
+    processor's budget (even with EOS suppressed by an earlier processor) instead of an
+    exception that loses the batch; under GCD it ends accepted."""
     A = compile_regex(r"[a-z]{3,}", vocab)
     proc = gcd_logits_processor(A, 5)
-    enc = _encode(hf_tok, ["word:"])
-    with pytest.raises(BudgetExceededError, match="max_new_tokens=5"):
-        model.generate(**enc, max_new_tokens=9, logits_processor=[_NoEOS(), proc],
-                       do_sample=False)
+    enc = _encode(hf_tok, ["word:", "a longer prompt:"])
+    out = model.generate(**enc, max_new_tokens=9, logits_processor=[_NoEOS(), proc],
+                         do_sample=False, pad_token_id=EOS)
+    P = enc["input_ids"].shape[1]
+    assert proc.budget_ended_rows == 2
+    for row in out[:, P:].tolist():
+        assert row[5] == EOS
+        assert A.accepts(row[:5])
+        assert re.fullmatch(r"[a-z]{3,}", hf_tok.decode(row[:5]))
+
+
+def test_budget_exceeded_without_eos_raises(vocab):
+    """Only an automaton without an EOS id has no way to end a row: BudgetExceededError."""
+    v = TokenVocabulary.from_token_bytes(["a", "b"], eos_token_ids=[])
+    A = compile_regex(r"a+", v)
+    proc = gcd_logits_processor(A, 1)
+    scores = torch.zeros((1, 2))
+    proc(torch.tensor([[1]]), scores)
+    with pytest.raises(BudgetExceededError, match="max_new_tokens=1"):
+        proc(torch.tensor([[1, 0]]), scores)
 
 
 class _ForceToken(transformers.LogitsProcessor):

@@ -29,6 +29,8 @@ _EXPORTS: dict[str, str] = {
     "pgcd_logits_processor": "tractable.hmm.pgcd",
     "HMM": "tractable.hmm.model",
     "smc": "tractable.decode.smc",
+    "generate": "tractable.decode.generate",
+    "generate_json": "tractable.decode.generate",
     # errors
     "TractableError": "tractable.fsa.errors",
     "InvalidRegexError": "tractable.fsa.errors",
