@@ -296,8 +296,9 @@ class SMC:
                 fin = pot.log_final(pst).double().numpy()
                 last = t + 1 == self.max_new_tokens
                 after = fin if last else pot.log_value(pst, r - 1).double().numpy()
-                delta = np.where(is_eos, fin, after) - before
-                logw[active] += delta[active]
+                # active rows only: a dead particle's potential is −inf before and after
+                # (−inf − −inf would be NaN); an active row's `before` is finite
+                logw[active] += np.where(is_eos, fin, after)[active] - before[active]
             if t + 1 == self.max_new_tokens:
                 # budget reached: complete without EOS; valid iff accepted
                 budget_end = active[~is_eos[active]]

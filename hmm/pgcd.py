@@ -104,9 +104,22 @@ class PGCD:
         """State before any generated token, ``batch_size`` rows."""
         return self.product.start(batch_size)
 
-    def advance(self, state: ProductState, tokens: torch.Tensor) -> ProductState:
-        """Consume one token per row (int64 [B]); see :meth:`HMMAutomatonProduct.advance`."""
-        return self.product.advance(state, tokens)
+    def advance(self, state: ProductState, tokens: torch.Tensor, *,
+                strict: bool = False) -> ProductState:
+        """Consume one token per row (int64 [B]); see :meth:`HMMAutomatonProduct.advance`.
+
+        A token with which no accepted output within the budget continues (a budget-blind
+        proposal such as LCD or the plain LM draws one; SMC then feeds EOS to the dead
+        particle) makes its row dead: :meth:`log_value` and :meth:`log_final` are ``−inf`` for
+        it from then on — weight 0 in SMC — and later advances ignore its tokens.
+
+        Raises:
+            TokenError: a live row's token id is outside the vocabulary; with ``strict=True``,
+                also a live row's token of product probability 0 (the row would be dead).
+            ValueError: ``tokens`` does not hold exactly one id per row.
+            UnsatisfiableBudgetError: the budget is already used up (``t == max_new_tokens``).
+        """
+        return self.product.advance(state, tokens, strict=strict)
 
     def select(self, state: ProductState, indices: torch.Tensor) -> ProductState:
         return state.select(indices)
@@ -129,7 +142,8 @@ class PGCD:
         """float64 [B]: ``log φ_hmm(x_{1:t}) = log p_hmm(C | x_{1:t})`` (the HMM factor of
         ``φ_pgcd(x_{1:t}) ∝ p_lm(x_{1:t}) · p_hmm(C | x_{1:t})``, §4.3; add
         ``log p_lm(x_{1:t})`` for φ itself).  ``log p_hmm(C)`` at t = 0; exactly 0 for a
-        finished accepted row (EOS emitted, or the budget used up); see
+        finished accepted row (EOS emitted, or the budget used up); ``−inf`` for a dead row
+        (:attr:`~tractable.hmm.product.ProductState.dead`); see
         :meth:`~tractable.hmm.product.HMMAutomatonProduct.log_constraint_prob`."""
         return self.product.log_constraint_prob(state)
 
@@ -150,7 +164,12 @@ class PGCD:
                 f"{state.t} it expects remaining={self.max_new_tokens - state.t}, got {r}")
 
     def log_value(self, state: ProductState, remaining=None) -> torch.Tensor:
-        """``Potential.log_value``: float64 [B] :meth:`log_potential`, ``log p_hmm(C | x)``."""
+        """``Potential.log_value``: float64 [B] :meth:`log_potential`, ``log p_hmm(C | x)``
+        (``−inf`` for a dead row).
+
+        Raises:
+            ValueError: ``remaining`` is given and is not ``max_new_tokens − t``.
+        """
         self._check_remaining(state, remaining)
         return self.log_potential(state)
 
@@ -158,16 +177,22 @@ class PGCD:
         """``Potential.log_final``: float64 [B] zeros — ``log p_hmm(C | x) = 0`` for a complete
         accepted output (the value :meth:`log_value` gives it), so the twist is removed at the
         end and the SMC target stays ``p_lm · 1_C``; acceptance itself is the constraint's
-        job."""
-        return torch.zeros(state.batch_size, dtype=torch.float64)
+        job.  ``−inf`` for a dead row (:attr:`~tractable.hmm.product.ProductState.dead`), as
+        :meth:`log_value`."""
+        return torch.where(state.dead.cpu(), _NEG_INF, 0.0).to(torch.float64)
 
     def log_next(self, state: ProductState, remaining=None) -> torch.Tensor:
         """``Potential.log_next``: float64 [B, V] ``log φ_hmm(x_{1:t} v) = log p_hmm(C | x v)``
         for every v, on the scale of :meth:`log_value` (``log_next(x)[v] ==
         log_value(advance(x, v))``): ``log p_hmm(v | x, C) − log p_hmm(v | x) + log φ_hmm(x)``
         for a text token; exactly 0 where ``x v`` is finished and accepted (v an EOS id, or
-        ``t + 1 = n``); −inf where masked.  A finished row gives 0 at its first EOS id and
-        −inf elsewhere."""
+        ``t + 1 = n``); −inf where masked.  A row that emitted EOS gives 0 at its first EOS id
+        and −inf elsewhere; a dead row is −inf everywhere.
+
+        Raises:
+            ValueError: ``remaining`` is given and is not ``max_new_tokens − t``.
+            UnsatisfiableBudgetError: the budget is used up (``t == max_new_tokens``).
+        """
         self._check_remaining(state, remaining)
         lc = self.next_token_logprobs(state)
         allowed = lc > _NEG_INF
@@ -180,7 +205,7 @@ class PGCD:
             out[:, eos] = 0.0
         out = out.masked_fill(~allowed, _NEG_INF)
         if bool(state.done.any()):
-            out[state.done] = lc[state.done]  # 0 at the first EOS id, −inf elsewhere
+            out[state.done] = lc[state.done]  # 0 at the first EOS id, −inf elsewhere (dead: all)
         return out
 
     def __repr__(self) -> str:
@@ -200,6 +225,11 @@ class PGCDLogitsProcessor(_LogitsProcessorBase):
 
     Put it last in the processor list (``q`` uses the scores it receives as ``p_lm``; a
     temperature or top-k processor before it changes ``p_lm``).
+
+    Raises (on a call): :class:`~tractable.fsa.errors.VocabularyError` when ``scores`` is not
+    ``[B, V]``; :class:`~tractable.fsa.errors.TokenError` when a generated prefix holds a token
+    that the constraint does not allow within the budget (something other than this processor
+    chose it) or an id outside the vocabulary.
     """
 
     def __init__(self, automaton: Any, hmm: HMM, max_new_tokens: int, w: float = 0.5, *,
@@ -226,7 +256,7 @@ class PGCDLogitsProcessor(_LogitsProcessorBase):
     def _replay(self, key: tuple[int, ...]) -> ProductState:
         st = self.pgcd.start(1)
         for tok in key:
-            st = self.pgcd.advance(st, torch.tensor([tok]))
+            st = self.pgcd.advance(st, torch.tensor([tok]), strict=True)
         return st
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -281,7 +311,7 @@ class PGCDLogitsProcessor(_LogitsProcessorBase):
                 state = self.pgcd.start(U)
             elif not replays:
                 state = self.pgcd.advance(self._state.select(torch.tensor(parents)),
-                                          torch.tensor(toks))
+                                          torch.tensor(toks), strict=True)
             else:
                 rows = []
                 for u in range(U):
@@ -290,7 +320,7 @@ class PGCDLogitsProcessor(_LogitsProcessorBase):
                     else:
                         rows.append(self.pgcd.advance(
                             self._state.select(torch.tensor([parents[u]])),
-                            torch.tensor([toks[u]])))
+                            torch.tensor([toks[u]]), strict=True))
                 state = _cat(rows)
             hmm_lp = self.pgcd.next_token_logprobs(state)  # [U, V], one per unique prefix
         out = torch.full((B, V), _NEG_INF, dtype=torch.float64)

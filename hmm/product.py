@@ -67,6 +67,7 @@ messages.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,8 +113,16 @@ class ProductState:
     * ``c`` [B, S]: automaton path counts into each state, rescaled to max 1;
     * ``log_c_scale`` [B]: log of that rescaling (log #paths when the counts are 1-hot);
     * ``log_p_hmm`` [B]: ``log p_hmm(x_{1:t})``;
-    * ``done`` bool [B]: the row emitted EOS; ``log_weight_done`` [B]: its final
-      ``log p_hmm(x | C) − log p_hmm(x)`` (``= log #accepting paths − log p_hmm(C)``).
+    * ``done`` bool [B]: the row is finished — it emitted EOS, or it is dead (below);
+      ``log_weight_done`` [B]: its final ``log p_hmm(x | C) − log p_hmm(x)``
+      (``= log #accepting paths − log p_hmm(C)``), ``−inf`` for a dead row.
+
+    A *dead* row (:attr:`dead`: ``done`` with ``log_weight_done = −inf``) consumed a token of
+    product probability 0 — no accepted sequence within the budget continues with it (an SMC
+    proposal that ignores the budget, e.g. LCD, draws such tokens).  It has weight 0:
+    :meth:`HMMAutomatonProduct.log_constraint_prob` and ``log_constraint_weight`` are ``−inf``
+    for it, later advances ignore its tokens, and its other fields keep their values from
+    before the fatal token (except ``log_p_hmm``, which includes it).
     """
 
     t: int
@@ -129,11 +138,34 @@ class ProductState:
     def batch_size(self) -> int:
         return int(self.a.shape[0])
 
+    @property
+    def dead(self) -> torch.Tensor:
+        """bool [B]: the row consumed a token of product probability 0 (weight 0 for good)."""
+        return self.done & torch.isneginf(self.log_weight_done)
+
     def select(self, indices: torch.Tensor) -> ProductState:
         """Rows ``indices`` (int64 [B']) — SMC resampling is this index_select."""
         idx = indices.to(self.a.device)
         return ProductState(self.t, self.a[idx], self.f[idx], self.c[idx], self.log_c_scale[idx],
                             self.log_p_hmm[idx], self.done[idx], self.log_weight_done[idx])
+
+
+_HMM_ZERO_WARNED = False
+
+
+def _warn_hmm_zero(tok: int) -> None:
+    """Warn once per process: the HMM cannot emit a token the constraint allows."""
+    global _HMM_ZERO_WARNED
+    if _HMM_ZERO_WARNED:
+        return
+    _HMM_ZERO_WARNED = True
+    warnings.warn(
+        f"the HMM gives probability 0 to token id {tok} or to every accepted continuation "
+        "after it, which the constraint allows: the row gets P-GCD weight 0 (SMC with this "
+        "potential never returns such outputs, a bias towards what the HMM can emit); smooth "
+        "the HMM's emissions (warned once)",
+        stacklevel=3,
+    )
 
 
 class HMMAutomatonProduct:
@@ -297,12 +329,22 @@ class HMMAutomatonProduct:
                             c, z.clone(), z.clone(), torch.zeros(batch_size, dtype=torch.bool,
                                                                  device=dev), z.clone())
 
-    def advance(self, state: ProductState, tokens: torch.Tensor) -> ProductState:
-        """Consume one token per row (int64 [B]); rows already done ignore theirs.
+    def advance(self, state: ProductState, tokens: torch.Tensor, *,
+                strict: bool = False) -> ProductState:
+        """Consume one token per row (int64 [B]); rows already finished (EOS or dead) ignore
+        theirs, whatever the id.
+
+        A live row whose token has probability 0 under the product — the constraint does not
+        allow it at all, or no accepted sequence within the budget continues with it (EOS in a
+        state that does not accept; a text token from which acceptance is out of reach in the
+        remaining budget; at ``t + 1 = n``, a text token that does not end accepted), or the HMM
+        cannot emit it — becomes a dead row (:attr:`ProductState.dead`: weight 0, log
+        look-ahead ``−inf``, and so on forever), unless ``strict``.
 
         Raises:
-            TokenError: a row's token has probability 0 under the product (not allowed by the
-                constraint within the budget), or is outside the vocabulary.
+            TokenError: a live row's token id is outside the vocabulary ``0..V-1``; with
+                ``strict=True``, also a live row's token of product probability 0.
+            ValueError: ``tokens`` does not hold exactly one id per row.
             UnsatisfiableBudgetError: the budget is already used up (``t == n``).
         """
         if state.t >= self.n:
@@ -333,16 +375,13 @@ class HMMAutomatonProduct:
         c_new = torch.zeros_like(state.c).index_add_(1, self.dst, contrib)
         m = c_new.amax(1)
         text = live & ~is_eos
-        dead = text & (m <= 0)
         # EOS rows: accepted-path weight
         acc = (state.c * self.final.to(dt)[None, :]).sum(1)
-        dead = dead | (is_eos & (acc <= 0)) | (live & (p <= 0))
-        if bool(dead.any()):
-            b = int(torch.nonzero(dead)[0])
-            raise TokenError(
-                f"token id {int(tok[b])} at step {state.t + 1} (row {b}) is not allowed: no "
-                f"accepted sequence within the budget of {self.n} tokens continues with it",
-                int(tok[b]))
+        auto_dead = (text & (m <= 0)) | (is_eos & (acc <= 0))
+        hmm_zero = live & ~(p > 0) & ~auto_dead
+        if bool(hmm_zero.any()) and not strict:
+            _warn_hmm_zero(int(tok[int(torch.nonzero(hmm_zero)[0])]))
+        dead = auto_dead | hmm_zero
         m_safe = torch.where(m > 0, m, 1)
         c_next = torch.where(text[:, None], c_new / m_safe[:, None], state.c)
         log_cs = state.log_c_scale + torch.where(text, torch.log(m_safe.double()), 0.0)
@@ -357,15 +396,35 @@ class HMMAutomatonProduct:
             c_next, log_cs, log_p, state.done | is_eos, lw_done,
         )
         # a text token whose state cannot reach acceptance within the remaining budget
-        lw = self._weight(out)
-        dead = text & ~torch.isfinite(lw)
-        if bool(dead.any()):
+        late = text & ~dead & ~torch.isfinite(self._weight(out))
+        if bool(late.any()) and not strict and hasattr(self.automaton, "distance_to_accept"):
+            # the automaton alone still reaches acceptance in time: the HMM's zeros killed it
+            dist = self.automaton.distance_to_accept().to(dev)
+            left = self.n - state.t - 1
+            can = ((c_next > 0) & (dist[None, :] <= left)).any(1)
+            if bool((late & can).any()):
+                _warn_hmm_zero(int(tok[int(torch.nonzero(late & can)[0])]))
+        dead = dead | late
+        if not bool(dead.any()):
+            return out
+        if strict:
             b = int(torch.nonzero(dead)[0])
             raise TokenError(
                 f"token id {int(tok[b])} at step {state.t + 1} (row {b}) is not allowed: no "
                 f"accepted sequence within the budget of {self.n} tokens continues with it",
                 int(tok[b]))
-        return out
+        # dead rows: weight 0 for good; keep the (finite) fields from before the token
+        d1 = dead[:, None]
+        return ProductState(
+            out.t,
+            torch.where(d1, state.a, out.a),
+            torch.where(d1, state.f, out.f),
+            torch.where(d1, state.c, out.c),
+            torch.where(dead, state.log_c_scale, out.log_c_scale),
+            out.log_p_hmm,
+            out.done | dead,
+            torch.where(dead, _NEG_INF, out.log_weight_done),
+        )
 
     # ------------------------------------------------------------------ queries
 
@@ -373,8 +432,8 @@ class HMMAutomatonProduct:
         """float [B, V]: ``log p_prod(x_{t+1} = v | x_{1:t})`` (Algorithm 1's output, normalized).
 
         ``−inf`` exactly where no accepted sequence within the budget continues with ``v``.
-        Rows that are done put all their mass on their first EOS id (or are all ``−inf`` if the
-        automaton has no EOS id).
+        Rows that emitted EOS put all their mass on their first EOS id (or are all ``−inf`` if
+        the automaton has no EOS id); dead rows (:attr:`ProductState.dead`) are all ``−inf``.
 
         Raises:
             UnsatisfiableBudgetError: the budget is used up (``t == n``).
@@ -431,6 +490,9 @@ class HMMAutomatonProduct:
             if self.eos_ids:
                 d[self.eos_ids[0]] = 0.0
             out[state.done] = d
+            dead = state.dead
+            if bool(dead.any()):
+                out[dead] = _NEG_INF
         return out
 
     def log_constraint_prob(self, state: ProductState) -> torch.Tensor:
@@ -444,8 +506,9 @@ class HMMAutomatonProduct:
           docstring; ``#paths = 1`` for a DFA, so this is ``p_hmm(C | x_{1:t}) ≤ 1``; an NFA
           weights ``C`` by accepting-path counts, Thm. 4.4, and the value may exceed 0);
         * a finished row — it emitted EOS, or ``t = n`` (the budget is used up): exactly 0
-          (``p_hmm(C | x) = 1``) when ``x`` is accepted, ``−inf`` when it is not (``advance``
-          refuses tokens that lead there, so only a hand-built state can hold such a row).
+          (``p_hmm(C | x) = 1``) when ``x`` is accepted, ``−inf`` when it is not;
+        * a dead row (:attr:`ProductState.dead`: it consumed a token with which no accepted
+          sequence within the budget continues): ``−inf``, at every later step too.
 
         ``log_constraint_prob = log_constraint_weight + log p_hmm(C)`` on unfinished rows.
         Cost O(B·H·S)."""
@@ -457,13 +520,15 @@ class HMMAutomatonProduct:
             acc = (state.c * self.final.to(state.c.dtype)[None, :]).sum(1) > 0
             end = torch.where(state.done | acc, 0.0, _NEG_INF).to(torch.float64)
             val = torch.where(fin, end, val)
+            val = torch.where(state.dead, _NEG_INF, val)
         return val
 
     def log_constraint_weight(self, state: ProductState) -> torch.Tensor:
         """float64 [B]: ``log p_hmm(x_{1:t} | C) − log p_hmm(x_{1:t})``
         (``= log p_hmm(C | x_{1:t}) − log p_hmm(C)``, the prefix weight of Algorithm 1's
         ``p_prod``; ``C`` weighted by path counts for an NFA).  0 at ``t = 0``; for a finished
-        row, the value at its EOS (``log #paths − log p_hmm(C)``).  The P-GCD potential uses
+        row, the value at its EOS (``log #paths − log p_hmm(C)``); ``−inf`` for a dead row
+        (:attr:`ProductState.dead`).  The P-GCD potential uses
         :meth:`log_constraint_prob` instead (the same up to ``log p_hmm(C)`` on unfinished
         rows, and 0 on finished ones).  Cost O(B·H·S)."""
         return self._weight(state)

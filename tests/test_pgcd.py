@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -269,11 +270,12 @@ def test_log_next_is_potential_of_extension():
     st_ = pg.advance(pg.start(1), torch.tensor([1]))
     ln = pg.log_next(st_, remaining=3)[0]
     for v in range(5):
-        if ln[v] == -math.inf:
-            with pytest.raises(TokenError):
-                pg.advance(st_, torch.tensor([v]))
-            continue
         nxt = pg.advance(st_, torch.tensor([v]))
+        if ln[v] == -math.inf:  # a dead row (weight 0); strict=True refuses the token
+            assert float(pg.log_value(nxt)[0]) == -math.inf and bool(nxt.dead[0])
+            with pytest.raises(TokenError):
+                pg.advance(st_, torch.tensor([v]), strict=True)
+            continue
         assert float(pg.log_value(nxt)[0]) == pytest.approx(float(ln[v]), rel=1e-9, abs=1e-12)
     with pytest.raises(ValueError):
         pg.log_value(st_, remaining=2)
@@ -296,7 +298,8 @@ def test_potential_is_constraint_prob_by_enumeration(name, H, n):
     """The P-GCD potential on one scale (§4.3: φ_hmm(x) = p_hmm(C | x)), against brute force
     over every prefix of every complete sequence (finished ones included): log p_hmm(C) at
     t = 0, Σ over completions for unfinished prefixes, exactly 0 = log_final for finished
-    accepted outputs; ``log_next(x)[v] == log_value(x v)`` for every v (−inf ⇔ not allowed)."""
+    accepted outputs; ``log_next(x)[v] == log_value(x v)`` for every v (−inf ⇔ not allowed:
+    ``advance`` then gives a dead row, which ``strict=True`` refuses)."""
     A = AUTOMATA[name]()
     hmm = _hmm(H, A.vocab_size, seed=7 * H + n)
     try:
@@ -326,17 +329,18 @@ def test_potential_is_constraint_prob_by_enumeration(name, H, n):
             assert got <= 1e-12  # a probability: p_hmm(C | x) ≤ 1
         ln = pg.log_next(st_, remaining=n - len(pre))[0]
         for v in range(V):
-            if ln[v] == -math.inf:
-                with pytest.raises(TokenError):
-                    pg.advance(st_, torch.tensor([v]))
-                continue
             nxt = pg.log_value(pg.advance(st_, torch.tensor([v])))[0]
+            if ln[v] == -math.inf:
+                assert float(nxt) == -math.inf, (pre, v)
+                with pytest.raises(TokenError):
+                    pg.advance(st_, torch.tensor([v]), strict=True)
+                continue
             assert float(nxt) == pytest.approx(float(ln[v]), rel=1e-9, abs=1e-12), (pre, v)
 
 
 def test_constraint_prob_of_rejected_finished_row():
-    """A finished row that is not accepted (only a hand-built state can hold one: ``advance``
-    refuses such tokens) has p_hmm(C | x) = 0; an accepted one 1."""
+    """A finished row that is not accepted (a hand-built state here; ``advance`` marks such
+    rows dead instead) has p_hmm(C | x) = 0; an accepted one 1."""
     import dataclasses
 
     A = dfa_ab_star_c()
@@ -448,10 +452,17 @@ def test_errors():
     prod = HMMAutomatonProduct(hmm, A, 2)
     st_ = prod.start(1)
     with pytest.raises(TokenError):
-        prod.advance(st_, torch.tensor([4]))  # EOS before anything is accepted
+        prod.advance(st_, torch.tensor([4]), strict=True)  # EOS before anything is accepted
+    assert prod.log_constraint_prob(prod.advance(st_, torch.tensor([4]))).tolist() == [-math.inf]
+    for bad_id in (5, -1):
+        with pytest.raises(TokenError):
+            prod.advance(st_, torch.tensor([bad_id]))  # outside the vocabulary: always raises
+    with pytest.raises(ValueError):
+        prod.advance(st_, torch.tensor([0, 0]))  # two tokens for one row
     st_ = prod.advance(st_, torch.tensor([0]))
     with pytest.raises(TokenError):
-        prod.advance(st_, torch.tensor([0]))  # "aa" cannot be finished within 2 tokens
+        prod.advance(st_, torch.tensor([0]), strict=True)  # "aa" can't be finished in 2 tokens
+    assert prod.advance(st_, torch.tensor([0])).dead.tolist() == [True]
     st_ = prod.advance(st_, torch.tensor([3]))
     with pytest.raises(UnsatisfiableBudgetError):
         prod.next_token_logprobs(st_)
@@ -537,3 +548,119 @@ def test_logits_processor_with_smollm2_generate():
         ids = [x for x in row if x not in vocab.eos_token_ids]
         text = tok.decode(ids, skip_special_tokens=True)
         assert re.fullmatch(r"[0-9]{1,4}-[0-9]{2}", text), text
+
+
+# ----------------------------------------------------------------------------- dead rows
+
+
+def _ab_or_a4b() -> TokenAutomaton:
+    """``ab|a{4}b`` over "a", "b", "ab", EOS (ids 0-3): after "a" "a" (t = 2) the shortest
+    completion is "a" "ab", so within a budget of 3 no accepted output continues with it."""
+    from tractable.fsa.regex import compile_regex
+
+    vocab = TokenVocabulary.from_token_bytes(["a", "b", "ab", None], eos_token_ids=[3])
+    return compile_regex(r"ab|a{4}b", vocab)
+
+
+def test_token_without_accepted_continuation_gives_dead_row():
+    """A token with no accepted continuation within the budget (SMC with a budget-blind
+    proposal draws one, and then feeds EOS to the dead particle) makes that row dead: log value
+    −inf for that row only, and every later advance keeps it −inf without raising.  Only
+    ``strict=True`` raises; an id outside the vocabulary or a wrong batch shape always raise."""
+    A = _ab_or_a4b()
+    hmm = _hmm(3, 4, seed=4)
+    n = 3
+    pg = PGCD(A, hmm, n)
+    prod = pg.product
+    st1 = pg.advance(pg.start(4), torch.tensor([0, 0, 2, 0]))
+    # row 0: "a" "b"; row 1: "a" "a" (budget); row 2: "ab" "a" (no path); row 3: "a" EOS
+    st2 = pg.advance(st1, torch.tensor([1, 0, 0, 3]))
+    ref = pg.advance(pg.start(1), torch.tensor([0]))
+    ref = pg.advance(ref, torch.tensor([1]))  # row 0 alone
+    lv = pg.log_value(st2, remaining=n - 2)
+    assert lv[1:].tolist() == [-math.inf] * 3
+    assert math.isfinite(float(lv[0])) and float(lv[0]) == float(pg.log_value(ref)[0])
+    assert st2.dead.tolist() == [False, True, True, True]
+    assert prod.log_constraint_weight(st2)[1:].tolist() == [-math.inf] * 3
+    assert prod.log_prefix_prob(st2)[1:].tolist() == [-math.inf] * 3
+    assert pg.log_final(st2)[1:].tolist() == [-math.inf] * 3
+    lp = pg.next_token_logprobs(st2)
+    assert torch.equal(lp[0], pg.next_token_logprobs(ref)[0])
+    assert bool(torch.isneginf(lp[1:]).all())  # no continuation of a dead row has mass
+    assert bool(torch.isneginf(pg.log_next(st2, remaining=n - 2)[1:]).all())
+    # later advances (EOS, as SMC feeds dead particles, or any token) keep it dead
+    st3 = pg.advance(st2, torch.tensor([3, 3, 1, 0]))
+    assert st3.t == n and st3.done.all()
+    assert pg.log_value(st3)[1:].tolist() == [-math.inf] * 3
+    assert float(pg.log_value(st3)[0]) == 0.0 == float(pg.log_final(st3)[0])  # "ab" EOS
+    sel = st3.select(torch.tensor([2, 0, 2]))
+    assert pg.log_value(sel).tolist() == [-math.inf, 0.0, -math.inf]
+    # the budget-blind path SMC takes: at t = n, a text token that is not accepted
+    end = pg.advance(pg.advance(st1, torch.tensor([0, 0, 1, 0])), torch.tensor([0, 2, 3, 1]))
+    assert pg.log_value(end).tolist() == [-math.inf] * 4
+    # strict mode keeps the old contract; genuinely invalid input always raises
+    with pytest.raises(TokenError):
+        pg.advance(st1, torch.tensor([1, 0, 0, 3]), strict=True)
+    with pytest.raises(TokenError):
+        pg.advance(st1, torch.tensor([1, 4, 1, 1]))  # id outside the vocabulary
+    with pytest.raises(TokenError):
+        pg.advance(st1, torch.tensor([1, -1, 1, 1]))
+    with pytest.raises(ValueError):
+        pg.advance(st1, torch.tensor([1, 1]))  # 2 tokens for 4 rows
+    pg.advance(st2, torch.tensor([1, 7, -3, 9]))  # finished rows ignore their tokens
+
+
+def test_dead_rows_match_enumeration():
+    """Every token at every prefix: log_value(advance(x, v)) == log_next(x)[v], −inf exactly
+    for the tokens outside the GCD mask, and the dead row stays −inf to the end of the
+    budget whatever it is fed."""
+    A = _ab_or_a4b()
+    n = 4
+    hmm = _hmm(2, 4, seed=1)
+    pg = PGCD(A, hmm, n)
+    complete = enumerate_complete_sequences(hmm, A, n)
+    prefixes = sorted({y[:k] for y, _, _ in complete for k in range(len(y))})
+    for pre in prefixes:
+        st_ = pg.start(1)
+        for x in pre:
+            st_ = pg.advance(st_, torch.tensor([x]))
+        if bool(st_.done[0]):
+            continue
+        batch = pg.select(st_, torch.zeros(4, dtype=torch.long))
+        ln = pg.log_next(st_, remaining=n - len(pre))[0]
+        nxt = pg.advance(batch, torch.arange(4))
+        got = pg.log_value(nxt)
+        for v in range(4):
+            if ln[v] == -math.inf:
+                assert got[v] == -math.inf and bool(nxt.dead[v]), (pre, v)
+            else:
+                assert float(got[v]) == pytest.approx(float(ln[v]), rel=1e-9, abs=1e-12)
+        while nxt.t < n:
+            nxt = pg.advance(nxt, torch.tensor([3, 0, 1, 2]))
+            assert bool(torch.isneginf(pg.log_value(nxt)[ln == -math.inf]).all())
+
+
+def test_hmm_that_cannot_emit_an_allowed_token_warns_once(monkeypatch):
+    """A token the constraint allows but the HMM gives probability 0 kills the row (weight 0:
+    a bias of SMC with such a potential, not an error of the caller): warned once."""
+    from tractable.hmm import product as prod_mod
+
+    monkeypatch.setattr(prod_mod, "_HMM_ZERO_WARNED", False)
+    A = _ab_or_a4b()
+    h = _hmm(3, 4, seed=5)
+    em = h.emission.clone()
+    em[:, 1] = 0.0  # "b" never emitted
+    em = em / em.sum(1, keepdim=True)
+    hmm = HMM(h.initial, h.transition, em)
+    pg = PGCD(A, hmm, 3)
+    with pytest.warns(UserWarning, match="gives probability 0 to token id 0 or to every"):
+        st = pg.advance(pg.start(2), torch.tensor([0, 2]))  # "a": only "ab" / "a..ab" follow
+    assert st.dead.tolist() == [True, False]  # "ab" itself is emitted as one token: alive
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pg.advance(pg.start(1), torch.tensor([0]))  # once per process
+    # the same without zeros: no warning, both rows alive
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pg2 = PGCD(A, h, 3)
+        assert pg2.advance(pg2.start(2), torch.tensor([0, 2])).dead.tolist() == [False, False]

@@ -342,3 +342,50 @@ def test_smc_pgcd_potential_scale():
         _check_unbiased(runs, post, G)
         tvs.append(total_variation(post, _mean_ensemble(runs)))
     assert tvs[1] < tvs[0] and tvs[1] < 0.03, tvs
+
+
+@pytest.mark.parametrize("proposal,N", [("lcd", 3), ("lm", 3), ("lm", 4)])
+def test_smc_pgcd_potential_with_budget_blind_proposal(proposal, N):
+    """Regression: LCD (its mask ignores the budget) and the plain LM propose tokens after which
+    no accepted output fits in the budget (``a{3}b`` over "a", "b", "ab": "aaa" at step 3 of 3),
+    and SMC feeds EOS to the dead particles.  The P-GCD potential must give such a particle
+    weight 0 (log value −inf) instead of raising TokenError, and Ĝ and P̃̂ stay unbiased."""
+    from tractable.decode.constraints import AutomatonConstraint
+    from tractable.decode.lm import TableLM
+    from tractable.fsa.regex import compile_regex
+    from tractable.fsa.vocabulary import TokenVocabulary
+    from tractable.hmm.model import HMM
+    from tractable.hmm.pgcd import PGCD
+
+    class CountingPGCD(PGCD):
+        deaths = 0
+
+        def advance(self, state, tokens, **kw):
+            out = super().advance(state, tokens, **kw)
+            died = torch.isneginf(self.log_value(out)) & ~torch.isneginf(self.log_value(state))
+            CountingPGCD.deaths += int(died.sum())
+            return out
+
+    vocab = TokenVocabulary.from_token_bytes(["a", "b", "ab", None], eos_token_ids=[3])
+    A = compile_regex(r"a{3}b", vocab)
+    C = AutomatonConstraint(A)
+    g = np.random.default_rng(60 + N)
+    rows: dict = {}
+
+    def nxt(p):
+        if p not in rows:
+            rows[p] = g.dirichlet([1.0] * 4).tolist()
+        return rows[p]
+
+    lm = TableLM(nxt, 4, 3)
+    post, G = enumerate_posterior(lm, C, [], N)
+    assert G > 0 and set(post) <= {(0, 0, 2), (0, 0, 0, 1)}
+    hmm = HMM.random(3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    pg = CountingPGCD(A, hmm, N, w=0.5)
+    s = SMC(lm, C, proposal=proposal, potential=pg, max_new_tokens=N)
+    gg = np.random.default_rng(70 + N)
+    runs = [s.run([], 8, seed=gg) for _ in range(300)]
+    _check_unbiased(runs, post, G)
+    assert CountingPGCD.deaths > 100  # the bug's path was taken, and the runs went on
+    assert all(tuple(p) in post for r in runs for p, lw in
+               zip(r.particles, r.log_weights.tolist()) if lw > -math.inf)
