@@ -31,22 +31,24 @@ of ``B``, i.e. the stack is forgotten.
 Size: the automaton is built bottom-up, one finalized automaton per (nonterminal, level).
 Copies of one sub-automaton share common prefixes and suffixes (:class:`_Builder`, the
 ``seq``/``alt`` factoring in :meth:`_Approx.block`), and every "under" nonterminal's automaton
-is reduced by bisimulation in both directions (:func:`bisim_reduce`).  On the Spider SQL grammar
-at depth 0 this took the automaton from 404,782 byte states (plain inlining) to 3,549.  The size
-still grows like (back-edge call sites)^k: :data:`MAX_BYTE_STATES` bounds it.
+is reduced by bisimulation in both directions (:func:`~.nfa_bisim.bisim_reduce`).  On the Spider
+SQL grammar at depth 0 this took the automaton from 404,782 byte states (plain inlining) to
+3,549.  The size still grows like (back-edge call sites)^k: :data:`MAX_BYTE_STATES` bounds it.
 
-:func:`subset_construction` determinizes (numpy, byte classes, with a state cap and a time
-limit) only to *count* DFA states for the size tables; tractable never runs a DFA.
+:func:`~.nfa_determinize.subset_construction` (re-exported here, with :class:`SubsetDFA` and
+:func:`bisim_reduce`) determinizes only to *count* DFA states for the size tables; tractable
+never runs a DFA.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from . import nfa as N
 from .errors import GrammarError
 from .grammar_cfg import CFG, NOTHING, START, Expr, PreparedCFG, alt, prepare, rep, seq
+from .nfa_bisim import bisim_reduce
+from .nfa_determinize import SubsetDFA, subset_construction
 
 __all__ = [
     "approximate",
@@ -264,7 +266,6 @@ def scc_report(cfg: CFG) -> list[dict]:
     ]
 
 
-_M64 = (1 << 64) - 1
 #: "over": copy every sub-automaton (exact, the best superset this construction gives) while
 #: the nonterminal automata built sum to at most this many states; past it, share (see
 #: :meth:`_Approx.classify`).  Every grammar in shared/data but rfc.lark and calflow.ebnf stays
@@ -283,102 +284,6 @@ _FAS_SEARCH_MAX = 80
 #: Merge bisimilar states of every "under" nonterminal automaton larger than this (smaller ones
 #: cost more in numpy overhead than they save).
 _BISIM_MIN = 64
-
-
-def _mix(x):
-    """splitmix64 finalizer on a uint64 array (wrapping arithmetic)."""
-    import numpy as np
-
-    x = x ^ (x >> np.uint64(30))
-    x = x * np.uint64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> np.uint64(27))
-    x = x * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-def _bisim_blocks(S: int, src, dst, words, init):
-    """Coarsest partition of ``S`` states refining ``init`` such that states in one block have,
-    for every block ``B``, the same union of byte masks on their edges into ``B`` (a forward
-    bisimulation for the edge list ``src → dst``).  Signatures are hashed to 128 bits (two
-    independent 64-bit hashes; a false merge has probability below S² · 2⁻¹²⁸)."""
-    import numpy as np
-
-    block = np.unique(init, return_inverse=True)[1].reshape(-1).astype(np.int64)
-    nb = int(block.max()) + 1 if S else 0
-    order = np.argsort(src, kind="stable")
-    src, dst, words = src[order], dst[order], words[order]
-    with np.errstate(over="ignore"):
-        while True:
-            # union of masks per (src, block of dst)
-            key = src * (nb + 1) + block[dst]
-            o = np.argsort(key, kind="stable")
-            k = key[o]
-            starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-            w = np.bitwise_or.reduceat(words[o], starts, axis=0)
-            gsrc = src[o][starts]
-            gblk = block[dst[o][starts]].astype(np.uint64)
-            sig = []
-            for seed in (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xD1B54A32D192ED03)):
-                h = _mix(gblk + seed)
-                for j in range(w.shape[1]):
-                    h = _mix(h ^ w[:, j])
-                tot = np.zeros(S, dtype=np.uint64)
-                np.add.at(tot, gsrc, h)
-                sig.append(tot)
-            allsig = np.stack([block.astype(np.uint64), sig[0], sig[1]], axis=1)
-            new = np.unique(allsig, axis=0, return_inverse=True)[1].reshape(-1)
-            m = int(new.max()) + 1
-            block = new.astype(np.int64)
-            if m == nb:
-                return block, m
-            nb = m
-
-
-def bisim_reduce(nfa: N.ByteNFA, *, rounds: int = 2) -> N.ByteNFA:
-    """Merge bisimilar states in both directions, on a finalized NFA:
-
-    * forward (same future: finality and the same masks into each block) — common suffixes;
-    * backward (same past: start-ness and the same masks from each block) — common prefixes:
-      two states reached by the same strings may be merged, each then continuing as either
-      did, so the language is unchanged (``E "=" E | E "<" E`` shares its first ``E``).
-
-    Unlike :func:`~.nfa.reduce_states` (which only merges identical rows, a least fixpoint)
-    this is the coarsest partition (greatest fixpoint), so copies of a sub-automaton with loops
-    merge too.  Alternates directions up to ``rounds`` times.
-    """
-    import numpy as np
-
-    f = nfa
-    for _ in range(rounds):
-        n0 = f.num_states
-        for backward in (False, True):
-            S = f.num_states
-            if S <= 1 or not f.edges:
-                continue
-            src = np.fromiter((e[0] for e in f.edges), np.int64, len(f.edges))
-            dst = np.fromiter((e[2] for e in f.edges), np.int64, len(f.edges))
-            words = np.array([[(e[1] >> (64 * j)) & _M64 for j in range(4)] for e in f.edges],
-                             dtype=np.uint64)
-            init = np.zeros(S, dtype=np.int64)
-            if backward:
-                init[f.start] = 1
-                block, nb = _bisim_blocks(S, dst, src, words, init)
-            else:
-                init[list(f.finals)] = 1
-                block, nb = _bisim_blocks(S, src, dst, words, init)
-            if nb == S:
-                continue
-            merged: dict[tuple[int, int], int] = {}
-            for (s, m, d) in f.edges:
-                k = (int(block[s]), int(block[d]))
-                merged[k] = merged.get(k, 0) | m
-            flat = tuple((s, m, d) for (s, d), m in merged.items())
-            f = N.finalize(N.ByteNFA(nb, int(block[f.start]),
-                                     frozenset(int(block[x]) for x in f.finals), flat),
-                           reduce=False)
-        if f.num_states == n0:
-            break
-    return f
 
 
 class _Builder:
@@ -871,163 +776,3 @@ def unroll(cfg: CFG, max_depth: int) -> CFG:
     used = {s for e in rules.values() for k, s in symbols_of(e) if k == "t"}
     return CFG(rules, {k: v for k, v in terms.items() if k in used}, start_name, None, {},
                cfg.syntax + "+unrolled")
-
-
-# --------------------------------------------------------------------------- DFA sizes
-
-
-@dataclass
-class SubsetDFA:
-    """Result of :func:`subset_construction` (for size tables only: tractable never runs a
-    DFA).
-
-    Attributes:
-        num_states: DFA states built (reachable non-empty subsets; no dead state), or the count
-            reached when the construction stopped.
-        finished: ``False`` when ``max_states`` or ``timeout_s`` stopped it: the DFA then has
-            *more than* ``num_states`` states.
-        reason: ``""``, ``"max_states"`` or ``"timeout"``.
-        seconds: wall time of the construction.
-        num_classes: byte classes (bytes no edge distinguishes share a column).
-        delta: int32 ``[num_states, num_classes]`` successor table (-1 = dead), when finished.
-        final: bool ``[num_states]``, when finished.
-        class_of_byte: int ``[256]``.
-        minimal_states: states of the minimal DFA (Moore refinement, dead state excluded), when
-            finished and ``minimize=True``.
-    """
-
-    num_states: int
-    finished: bool
-    reason: str
-    seconds: float
-    num_classes: int
-    delta: object = None
-    final: object = None
-    class_of_byte: object = None
-    minimal_states: int | None = None
-
-    def accepts(self, data: bytes) -> bool:
-        if not self.finished:
-            raise ValueError("the construction did not finish")
-        q = 0
-        for byte in data:
-            q = int(self.delta[q, self.class_of_byte[byte]])
-            if q < 0:
-                return False
-        return bool(self.final[q])
-
-
-def subset_construction(
-    nfa: N.ByteNFA, *, max_states: int = 1_000_000, timeout_s: float = 600.0,
-    minimize: bool = True,
-) -> SubsetDFA:
-    """Determinize ``nfa`` by the subset construction over byte classes (numpy), to *count*
-    DFA states for the paper-002 Table 5 analog.  Stops honestly: past ``max_states`` states
-    or ``timeout_s`` seconds it returns ``finished=False`` and the count so far (a lower
-    bound).  Each subset's successors for all classes come from one numpy pass over the
-    (class, destination) pairs of its members.  ``minimize`` adds Moore partition refinement
-    (``minimal_states``).
-    """
-    import numpy as np
-
-    t0 = time.perf_counter()
-    f = N.finalize(nfa, reduce=False)
-    cls_of, ncls = N.byte_classes([m for _s, m, _d in f.edges])
-    cls_of = np.asarray(cls_of, dtype=np.int64)
-    # per class, the byte mask of the class
-    cmask = [0] * ncls
-    for b in range(256):
-        cmask[cls_of[b]] |= 1 << b
-    pairs: list[list[tuple[int, int]]] = [[] for _ in range(f.num_states)]
-    for s, m, d in f.edges:
-        for c in range(ncls):
-            if m & cmask[c]:
-                pairs[s].append((c, d))
-    ptr = np.zeros(f.num_states + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(p) for p in pairs])
-    flat = [x for p in pairs for x in p]
-    pc = np.array([c for c, _ in flat], dtype=np.int64)
-    pd = np.array([d for _, d in flat], dtype=np.int64)
-    is_final = np.zeros(f.num_states, dtype=bool)
-    is_final[list(f.finals)] = True
-    n = max(f.num_states, 1)
-
-    ids: dict[bytes, int] = {}
-    subsets: list[bytes] = []  # int32 state ids; the dict keys themselves (no second copy)
-    rows: list[np.ndarray] = []
-
-    def intern(arr: np.ndarray) -> int:
-        key = arr.astype(np.int32).tobytes()
-        j = ids.get(key)
-        if j is None:
-            j = ids[key] = len(subsets)
-            subsets.append(key)
-        return j
-
-    intern(np.array([f.start], dtype=np.int64))
-    k = 0
-    reason = ""
-    while k < len(subsets):
-        if len(subsets) > max_states:
-            reason = "max_states"
-            break
-        if (k & 255) == 0 and time.perf_counter() - t0 > timeout_s:
-            reason = "timeout"
-            break
-        q = np.frombuffer(subsets[k], dtype=np.int32)
-        starts, ends = ptr[q], ptr[q + 1]
-        lens = ends - starts
-        row = np.full(ncls, -1, dtype=np.int32)
-        tot = int(lens.sum())
-        if tot:
-            idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(tot)
-            key = np.unique(pc[idx] * n + pd[idx])
-            c = key // n
-            d = key % n
-            cuts = np.flatnonzero(np.diff(c)) + 1
-            for cc, dd in zip(c[np.r_[0, cuts]], np.split(d, cuts)):
-                row[cc] = intern(dd)
-        rows.append(row)
-        k += 1
-    seconds = time.perf_counter() - t0
-    if reason:
-        return SubsetDFA(len(subsets), False, reason, seconds, ncls)
-    delta = np.stack(rows) if rows else np.zeros((0, ncls), dtype=np.int32)
-    final = np.array([bool(is_final[np.frombuffer(s, dtype=np.int32)].any()) for s in subsets])
-    out = SubsetDFA(len(subsets), True, "", seconds, ncls, delta, final, cls_of)
-    if minimize:
-        out.minimal_states = _moore(delta, final)
-        out.seconds = time.perf_counter() - t0
-    return out
-
-
-def _moore(delta, final) -> int:
-    """Number of blocks of the coarsest partition of a partial DFA's states (Moore rounds in
-    numpy); states that cannot reach a final state are dropped first (no dead state)."""
-    import numpy as np
-
-    S, C = delta.shape
-    # co-accessible states
-    live = final.copy()
-    src = np.repeat(np.arange(S), C)
-    dst = delta.reshape(-1)
-    ok = dst >= 0
-    src, dst = src[ok], dst[ok]
-    while True:
-        new = live.copy()
-        new[src[live[dst]]] = True
-        if new.sum() == live.sum():
-            break
-        live = new
-    d = np.where((delta >= 0) & live[np.maximum(delta, 0)], delta, -1)
-    block = final.astype(np.int64) + 2 * (~live)
-    nb = len(np.unique(block))
-    while True:
-        succ = np.where(d >= 0, block[np.maximum(d, 0)], -1)
-        sig = np.concatenate([block[:, None], succ], axis=1)
-        _, block = np.unique(sig, axis=0, return_inverse=True)
-        block = block.reshape(-1)
-        m = len(np.unique(block))
-        if m == nb:
-            return int(len(np.unique(block[live])))
-        nb = m
