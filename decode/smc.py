@@ -244,8 +244,9 @@ class SMC:
     # ------------------------------------------------------------------ main loop
 
     def run(self, prompt_ids: Sequence[int], n_particles: int = 16, *, seed=None,
-            tokenizer=None) -> SMCResult:
-        """One SMC run from ``prompt_ids`` with M = ``n_particles``."""
+            tokenizer=None, progress: Callable[[int, int], None] | None = None) -> SMCResult:
+        """One SMC run from ``prompt_ids`` with M = ``n_particles``.  ``progress(t, N)`` is
+        called before each step t = 0 .. N-1 (e.g. a CLI's progress line)."""
         t0 = time.perf_counter()
         g = np.random.default_rng(seed)
         M = int(n_particles)
@@ -267,6 +268,8 @@ class SMC:
         n_resample = 0
         ess_hist: list[float] = []
         for t in range(self.max_new_tokens):
+            if progress is not None:
+                progress(t, self.max_new_tokens)
             active = np.nonzero(~done & np.isfinite(logw))[0]
             # particles with weight 0 are finished (dead) without further work
             dead_now = ~done & ~np.isfinite(logw)

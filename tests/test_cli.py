@@ -126,3 +126,29 @@ def test_compile_grammar(capsys, tmp_path):
         return
     assert status == 0, out.err
     assert json.loads(out.out)["constraint"] == "grammar"
+
+
+def test_sample_with_any_local_model(capsys, tmp_path, gpt2_tokenizer):
+    """``tractable sample --model DIR`` (issue 22): any local HF causal-LM folder, offline;
+    progress on stderr, results on stdout; every GCD particle valid."""
+    transformers = pytest.importorskip("transformers")
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=gpt2_tokenizer, eos_token="<|endoftext|>")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50304, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=256, bos_token_id=50256, eos_token_id=50256,
+                      pad_token_id=50256, tie_word_embeddings=True)
+    folder = tmp_path / "tiny-llama"
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    del transformers
+    status = main(["sample", "--model", str(folder), "--prompt", "code:", "--regex", "[ab]{2}1",
+                   "--method", "gcd", "-k", "3", "--max-new-tokens", "6", "--threads", "1"])
+    out, err = capsys.readouterr()
+    assert status == 0, (out, err)
+    assert "loading" in err and "compiling" in err
+    lines = [ln for ln in out.splitlines() if ln.startswith("[")]
+    assert len(lines) == 3 and all("valid " in ln for ln in lines), out
+    assert all(re.search(r"'[ab]{2}1'", ln) for ln in lines), out
