@@ -13,8 +13,8 @@ epsilon-free, trimmed to accessible and co-accessible states, one start state nu
 edges merged per (source, destination) pair, and states with identical futures merged.
 
 Interop with automata-lib (``automata.fa.nfa.NFA`` / ``automata.fa.dfa.DFA``) is through
-:func:`to_automata_lib` and :func:`from_automata_lib`, whose input symbols are one-character
-strings (a byte ``b`` is ``chr(b)``).
+:mod:`.nfa_automata_lib` (``to_automata_lib`` / ``from_automata_lib``, also reachable from
+this module), whose input symbols are one-character strings (a byte ``b`` is ``chr(b)``).
 """
 
 from __future__ import annotations
@@ -49,8 +49,6 @@ __all__ = [
     "finalize",
     "matches",
     "byte_classes",
-    "to_automata_lib",
-    "from_automata_lib",
     "utf8_sequences",
     "mask_of",
 ]
@@ -749,85 +747,10 @@ def byte_classes(masks: Iterable[int]) -> tuple[list[int], int]:
     return cls, len(table)
 
 
-# --------------------------------------------------------------------------- automata-lib
+def __getattr__(name: str):
+    """The automata-lib bridge lives in :mod:`.nfa_automata_lib` (imported on first use)."""
+    if name in ("to_automata_lib", "from_automata_lib"):
+        from . import nfa_automata_lib
 
-
-def to_automata_lib(nfa: ByteNFA, *, deterministic: bool = False):
-    """Export to an automata-lib ``NFA`` (or, with ``deterministic=True``, its ``DFA``).
-
-    Input symbols are one-character strings ``chr(b)`` for the bytes used.  Determinizing is
-    exponential in the worst case: use it on small automata only (tests, benchmarks).
-    """
-    from automata.fa.dfa import DFA
-    from automata.fa.nfa import NFA
-
-    f = finalize(nfa, reduce=False)
-    symbols: set[str] = set()
-    trans: dict[str, dict[str, set[str]]] = {f"q{s}": {} for s in range(f.num_states)}
-    for s, m, d in f.edges:
-        row = trans[f"q{s}"]
-        mm = m
-        while mm:
-            low = mm & -mm
-            ch = chr(low.bit_length() - 1)
-            symbols.add(ch)
-            row.setdefault(ch, set()).add(f"q{d}")
-            mm ^= low
-    if not symbols:
-        symbols.add(chr(0))
-    out = NFA(
-        states=set(trans),
-        input_symbols=symbols,
-        transitions=trans,
-        initial_state=f"q{f.start}",
-        final_states={f"q{s}" for s in f.finals},
-    )
-    return DFA.from_nfa(out) if deterministic else out
-
-
-def from_automata_lib(fa) -> ByteNFA:
-    """Import an automata-lib ``NFA`` or ``DFA``.
-
-    Each input symbol must be a one-character ``str`` (or a 1-byte ``bytes``) or a longer
-    string, which is read as its UTF-8 bytes.  Epsilon moves (symbol ``""``) are kept.
-    """
-    from automata.fa.dfa import DFA
-
-    names: dict = {}
-
-    def sid(x) -> int:
-        if x not in names:
-            names[x] = len(names)
-        return names[x]
-
-    sid(fa.initial_state)
-    for s in sorted(fa.states, key=repr):
-        sid(s)
-    parts_edges: list[tuple[int, int, int]] = []
-    eps: list[tuple[int, int]] = []
-    extra = len(names)
-    chains: list[tuple[int, bytes, int]] = []
-    for s, row in fa.transitions.items():
-        for sym, dsts in row.items():
-            if isinstance(fa, DFA):
-                dsts = (dsts,)
-            for d in dsts:
-                if sym == "":
-                    eps.append((sid(s), sid(d)))
-                    continue
-                data = sym if isinstance(sym, bytes) else sym.encode("utf-8")
-                if len(data) == 1:
-                    parts_edges.append((sid(s), 1 << data[0], sid(d)))
-                else:
-                    chains.append((sid(s), data, sid(d)))
-    n = extra
-    for s, data, d in chains:
-        prev = s
-        for i, byte in enumerate(data):
-            nxt = d if i == len(data) - 1 else n
-            if nxt == n:
-                n += 1
-            parts_edges.append((prev, 1 << byte, nxt))
-            prev = nxt
-    finals = frozenset(sid(f) for f in fa.final_states)
-    return ByteNFA(n, sid(fa.initial_state), finals, tuple(parts_edges), tuple(eps))
+        return getattr(nfa_automata_lib, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
