@@ -14,8 +14,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from test_nfa import nfas
+from tractable.fsa import class_trie as CT
 from tractable.fsa import lift as L
+from tractable.fsa import lift_components as LC
 from tractable.fsa import nfa as N
+from tractable.fsa import token_rows as TR
 from tractable.fsa.automaton import TokenAutomaton
 from tractable.fsa.errors import EmptyLanguageError
 from tractable.fsa.json_schema import json_schema_to_nfa
@@ -27,7 +30,7 @@ TINY = ["a", "b", "c", "ab", "bc", "abc", "ca", "a", b"\xc3", None, None, b"\xa9
 
 def _build(nfa: N.ByteNFA, vocab: TokenVocabulary, components: bool, expand_limit=None,
            min_chain=None, byte_walk=None):
-    old = (L._USE_COMPONENTS, L._EXPAND_LIMIT, L._MIN_CHAIN, L._DEDUP_MIN, L._WALK_RECORDS,
+    old = (L._USE_COMPONENTS, L._EXPAND_LIMIT, LC._MIN_CHAIN, L._DEDUP_MIN, L._WALK_RECORDS,
            L._COMPONENT_BYTE_WALK)
     L._USE_COMPONENTS = components
     if byte_walk is not None:
@@ -41,12 +44,12 @@ def _build(nfa: N.ByteNFA, vocab: TokenVocabulary, components: bool, expand_limi
         L._DEDUP_MIN = expand_limit
         L._WALK_RECORDS = 40
     if min_chain is not None:
-        L._MIN_CHAIN = min_chain
+        LC._MIN_CHAIN = min_chain
     try:
         lifted = L.lift(nfa, vocab)
         return TokenAutomaton._from_lifted(lifted, vocab, {}), lifted
     finally:
-        (L._USE_COMPONENTS, L._EXPAND_LIMIT, L._MIN_CHAIN, L._DEDUP_MIN, L._WALK_RECORDS,
+        (L._USE_COMPONENTS, L._EXPAND_LIMIT, LC._MIN_CHAIN, L._DEDUP_MIN, L._WALK_RECORDS,
          L._COMPONENT_BYTE_WALK) = old
 
 
@@ -176,7 +179,7 @@ def test_escape_states_join_their_string_loop():
     members = set(loop[0].states.tolist())
     # every state but the start (before the opening quote)
     assert members == set(range(nfa.num_states)) - {nfa.start}
-    assert len(members) > L._MIN_CHAIN
+    assert len(members) > LC._MIN_CHAIN
 
 
 @pytest.mark.parametrize("i", [1, 4, 6])
@@ -194,12 +197,12 @@ def test_bounded_strings_are_chain_templates(llama3_vocab):
     before = len(L._components(nfa))
     lifted = _compare(nfa, llama3_vocab, expand_limit=0)
     assert lifted.components == before >= 3  # a, b (one shape) and c are chains
-    old = L._MIN_CHAIN
-    L._MIN_CHAIN = 10**9
+    old = LC._MIN_CHAIN
+    LC._MIN_CHAIN = 10**9
     try:
         assert len(L._components(nfa)) < before
     finally:
-        L._MIN_CHAIN = old
+        LC._MIN_CHAIN = old
 
 
 def test_templates_are_reused_across_compiles(llama3_vocab):
@@ -258,7 +261,7 @@ def test_unique_inverse_matches_numpy(monkeypatch):
     for bound in (1, 7, 1000):
         key = rng.integers(0, bound, size=500)
         for dense in (1 << 20, 0):
-            monkeypatch.setattr(L, "_DENSE_UNIQUE", dense)
+            monkeypatch.setattr(TR, "_DENSE_UNIQUE", dense)
             u, inv = L._unique_inverse(key, bound)
             eu, einv = np.unique(key, return_inverse=True)
             assert np.array_equal(u, eu) and np.array_equal(inv, einv)
@@ -349,6 +352,7 @@ def test_entry_walks_survive_cache_eviction(llama3_vocab, monkeypatch):
         remember(cache, key, value)
 
     monkeypatch.setattr(L, "_remember", evicting)
+    monkeypatch.setattr(CT, "_remember", evicting)
     llama3_vocab._memo.pop("lift_templates", None)
     for _ in range(2):  # the second time the last entry walk is cached; the others evict it
         got, lifted = _build(nfa, llama3_vocab, True)
@@ -409,7 +413,7 @@ def test_dedup_rows_matches_bytes(width):
 @pytest.mark.parametrize("width", [4, 5])
 def test_dedup_rows_settles_hash_collisions(width, monkeypatch):
     """With every hash equal, distinct rows still get distinct numbers."""
-    monkeypatch.setattr(L, "_ROW_HASH", {3: np.zeros(3, dtype=np.uint64),
+    monkeypatch.setattr(TR, "_ROW_HASH", {3: np.zeros(3, dtype=np.uint64),
                                          2: np.zeros(2, dtype=np.uint64)})
     rng = np.random.default_rng(5)
     for _ in range(100):
@@ -456,7 +460,7 @@ def test_dedup_rows_over_sparse_and_dense_parts(width):
 def test_dedup_rows_settles_collisions_across_sparse_and_dense_parts(width, monkeypatch):
     """With every hash equal, rows compared within a sparse part (word by word) and across
     parts (made dense) still dedup exactly as the concatenated table."""
-    monkeypatch.setattr(L, "_ROW_HASH", {3: np.zeros(3, dtype=np.uint64),
+    monkeypatch.setattr(TR, "_ROW_HASH", {3: np.zeros(3, dtype=np.uint64),
                                          2: np.zeros(2, dtype=np.uint64)})
     rng = np.random.default_rng(width + 7)
     for _ in range(100):
@@ -504,7 +508,7 @@ def test_dedup_sets_matches_tuples(collide, monkeypatch):
     """Equal id sets get one label, different ones different labels, and each label's
     representative holds its sets (with every hash equal too: the exact fallback)."""
     if collide:
-        monkeypatch.setattr(L, "_token_hashes", lambda n: np.zeros(max(n, 1), dtype=np.int64))
+        monkeypatch.setattr(TR, "_token_hashes", lambda n: np.zeros(max(n, 1), dtype=np.int64))
     rng = np.random.default_rng(11)
     for _ in range(100):
         base = [np.unique(rng.integers(0, 40, size=int(rng.integers(0, 6))))
