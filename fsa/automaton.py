@@ -45,7 +45,7 @@ from .lift import (
 )
 from .nfa import ByteNFA
 from .state import MaskMixin
-from .vocabulary import TokenVocabulary
+from .vocabulary import TokenVocabulary, require_vocabulary
 
 __all__ = ["TokenAutomaton", "LabelMatrix", "EdgeHMM", "FORMAT_VERSION"]
 
@@ -155,7 +155,9 @@ class TokenAutomaton(MaskMixin):
 
         Raises:
             EmptyLanguageError: no token sequence over ``vocab`` is accepted.
+            VocabularyError: ``vocab`` is not a :class:`~.vocabulary.TokenVocabulary`.
         """
+        require_vocabulary(vocab)
         t0 = time.perf_counter()
         lifted = lift(nfa, vocab)
         out = cls._from_lifted(lifted, vocab, dict(meta or {}))

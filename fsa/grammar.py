@@ -35,7 +35,7 @@ from .grammar_earley import EarleyChecker
 from .grammar_gbnf import parse_gbnf, to_gbnf
 from .grammar_lark import parse_lark
 from .nfa import ByteNFA
-from .vocabulary import TokenVocabulary
+from .vocabulary import TokenVocabulary, require_vocabulary
 
 __all__ = [
     "CFG",
@@ -155,6 +155,7 @@ def compile_grammar(
     Raises:
         GrammarError, EmptyLanguageError: see :func:`grammar_to_nfa`.
     """
+    require_vocabulary(vocab)
     t0 = time.perf_counter()
     nfa, info = _approx(grammar, syntax, approximation, max_depth, start, max_states)
     t1 = time.perf_counter()

@@ -71,7 +71,7 @@ from .automaton import TokenAutomaton
 from .errors import InvalidRegexError, UnsupportedRegexError
 from .nfa import ByteNFA
 from .regex_lookaround import MARKER_SHIFT, Lookaround, lookaround_product
-from .vocabulary import TokenVocabulary
+from .vocabulary import TokenVocabulary, require_vocabulary
 
 try:  # Python >= 3.11
     from re import _constants as _C
@@ -665,6 +665,7 @@ def compile_regex(
         InvalidRegexError, UnsupportedRegexError: see :func:`regex_to_nfa`.
         EmptyLanguageError: no token sequence over ``vocab`` matches.
     """
+    require_vocabulary(vocab)
     key = (pattern, int(flags), bool(search), vocab.fingerprint)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)

@@ -57,7 +57,7 @@ import numpy as np
 
 from .errors import TokenError, VocabularyError
 
-__all__ = ["TokenVocabulary", "VocabTrie", "bytes_to_unicode"]
+__all__ = ["TokenVocabulary", "VocabTrie", "bytes_to_unicode", "require_vocabulary"]
 
 # End-of-sequence token names tried, in order, when a tokenizer file does not say which is EOS.
 _KNOWN_EOS = (
@@ -709,3 +709,13 @@ def _resolve_eos(eos_token_ids: Iterable[int | str], table: _TokenTable, size: i
             raise VocabularyError(f"EOS id {e} is outside the vocabulary of size {size}")
         out.append(e)
     return out
+
+
+def require_vocabulary(vocab: object) -> TokenVocabulary:
+    """``vocab`` itself if it is a :class:`TokenVocabulary`; else :class:`VocabularyError`
+    (a ``TractableError``) naming what was passed and how to build one."""
+    if not isinstance(vocab, TokenVocabulary):
+        raise VocabularyError(
+            "vocab must be a TokenVocabulary (TokenVocabulary.from_huggingface(tokenizer) or "
+            f".from_tokenizer_file(path)), not {type(vocab).__name__}")
+    return vocab

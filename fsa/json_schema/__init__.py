@@ -130,6 +130,7 @@ import warnings
 from typing import Any
 
 from ..nfa import ByteNFA
+from ..vocabulary import require_vocabulary
 
 # The package is split by concern (modules ``_compiler``, ``_logic``, ``_negation``, ``_leaf``,
 # ``_free``, ``_values``, ``_numbers``, ``_strings``, ``_ecma``, ``_arrays``, ``_objects``,
@@ -304,6 +305,7 @@ def compile_json_schema(
         InvalidSchemaError, UnsupportedSchemaError: see :func:`json_schema_to_nfa`.
         EmptyLanguageError: no token sequence over ``vocab`` is accepted.
     """
+    require_vocabulary(vocab)
     from ..automaton import TokenAutomaton
 
     comp = JsonSchemaCompiler(

@@ -28,7 +28,13 @@ from ._constants import (
 from ._free import _FreeValuesMixin
 from ._leaf import _LeafMixin
 from ._logic import _LogicMixin
-from ._meta import _meta_ok, _meta_schema, _meta_validator, _validator_name
+from ._meta import (
+    _json_value_problem,
+    _meta_ok,
+    _meta_schema,
+    _meta_validator,
+    _validator_name,
+)
 from ._negation import _NegationMixin
 from ._nodes import _UNLISTED, _Leaf, _ptr, _Synth
 from ._numbers import _NumbersMixin
@@ -141,6 +147,9 @@ class JsonSchemaCompiler(
         if not isinstance(schema, (dict, bool)):
             raise InvalidSchemaError(
                 f"a schema is an object or a boolean, not {type(schema).__name__}")
+        bad = _json_value_problem(schema)
+        if bad is not None:
+            raise InvalidSchemaError(*bad)
         self.root = schema
         self.lenient = lenient
         self.assert_formats = assert_formats

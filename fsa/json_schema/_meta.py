@@ -11,6 +11,35 @@ from typing import Any
 _META: dict = {}
 
 
+def _json_value_problem(doc: Any) -> tuple[str, str] | None:
+    """(problem, JSON pointer) of the first part of ``doc`` that is not a JSON value — a
+    non-finite number (``Infinity``, ``NaN``: Python's ``json`` reads them, RFC 8259 has none),
+    an object key that is not a string, a value of another Python type — or None.  Iterative
+    (an explicit stack): a document nested thousands deep costs no recursion."""
+    import math
+
+    stack: list[tuple[Any, str]] = [(doc, "#")]
+    while stack:
+        x, where = stack.pop()
+        if x is None or isinstance(x, (bool, str, int)):
+            continue
+        if isinstance(x, float):
+            if not math.isfinite(x):
+                return f"{x!r} is not a JSON number", where
+            continue
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if not isinstance(k, str):
+                    return f"object key {k!r} is not a string", where
+                stack.append((v, where + "/" + k.replace("~", "~0").replace("/", "~1")))
+            continue
+        if isinstance(x, (list, tuple)):
+            stack.extend((v, f"{where}/{i}") for i, v in enumerate(x))
+            continue
+        return f"a {type(x).__name__} is not a JSON value", where
+    return None
+
+
 def _inline_definitions(meta: dict) -> dict:
     """``meta`` with every ``{"$ref": "#/definitions/X"}`` / ``{"$ref": "#/$defs/X"}`` (a bare
     reference) replaced by X's schema, itself inlined; references that recur into themselves
