@@ -30,7 +30,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import AutomatonFormatError, EmptyLanguageError, VocabularyMismatchError
+from .errors import (
+    AutomatonFileNotFoundError,
+    AutomatonFormatError,
+    EmptyLanguageError,
+    VocabularyMismatchError,
+)
 from .lift import (
     LiftedEdges,
     SparseRows,
@@ -401,6 +406,7 @@ class TokenAutomaton(MaskMixin):
             "eos_token_ids": json.dumps(list(self.eos_token_ids)),
             "meta": json.dumps(_jsonable(self.meta)),
         }
+        header["checksum"] = _checksum(tensors, header)
         save_file(tensors, str(path), metadata=header)
 
     @classmethod
@@ -409,13 +415,21 @@ class TokenAutomaton(MaskMixin):
     ) -> TokenAutomaton:
         """Read a file written by :meth:`save`.
 
+        Everything read is checked before use: header fields and JSON, tensor dtypes, shapes and
+        index ranges, and the SHA-256 checksum over header and tensors that :meth:`save` writes
+        (files saved before checksums existed have none and are checked without it).
+
         Raises:
+            AutomatonFileNotFoundError: no file at ``path`` (a ``FileNotFoundError`` too).
             VocabularyMismatchError: the file was compiled for another vocabulary.
-            AutomatonFormatError: not such a file, or an unknown format version.
+            AutomatonFormatError: not such a file, an unknown format version, or a file that is
+                truncated, tampered with or inconsistent (what and where in the message).
         """
         from safetensors import safe_open
 
         p = Path(path)
+        if not p.is_file():
+            raise AutomatonFileNotFoundError(2, f"no saved TokenAutomaton at {p}", str(p))
         try:
             with safe_open(str(p), framework="pt", device="cpu") as f:
                 header = f.metadata() or {}
@@ -424,7 +438,11 @@ class TokenAutomaton(MaskMixin):
             raise AutomatonFormatError(f"{p} is not a saved TokenAutomaton: {e}") from e
         if header.get("format") != _FORMAT_NAME:
             raise AutomatonFormatError(f"{p} is not a saved TokenAutomaton")
-        version = int(header.get("version", "-1"))
+        try:
+            version = int(header.get("version", "-1"))
+        except ValueError:
+            raise AutomatonFormatError(
+                f"{p}: format version {header.get('version')!r} is not a number") from None
         if version != FORMAT_VERSION:
             raise AutomatonFormatError(
                 f"{p} has format version {version}; this tractable reads version {FORMAT_VERSION}"
@@ -434,21 +452,47 @@ class TokenAutomaton(MaskMixin):
         missing = [k for k in need_t if k not in tensors] + [k for k in need_h if k not in header]
         if missing:
             raise AutomatonFormatError(f"{p} lacks {missing}")
-        S, V = int(header["num_states"]), int(header["vocab_size"])
+        if "checksum" in header:
+            body = {k: v for k, v in header.items() if k != "checksum"}
+            if _checksum(tensors, body) != header["checksum"]:
+                raise AutomatonFormatError(
+                    f"{p}: checksum mismatch (the file was modified or truncated after save)")
+        try:
+            S, V = int(header["num_states"]), int(header["vocab_size"])
+            eos = json.loads(header["eos_token_ids"])
+            meta = json.loads(header.get("meta", "{}"))
+        except ValueError as e:  # JSONDecodeError is a ValueError
+            raise AutomatonFormatError(f"{p}: unreadable header field: {e}") from None
+        if S < 1 or V < 1 or not isinstance(meta, dict) or not isinstance(eos, list) or not all(
+                isinstance(e, int) and 0 <= e < V for e in eos):
+            raise AutomatonFormatError(
+                f"{p}: header out of range (num_states {S}, vocab_size {V}, eos_token_ids {eos})")
         e_shape = tensors["edge_src"].shape
         if (
             tensors["labels"].ndim != 2
             or tensors["labels"].shape[1] != (V + 31) // 32
             or tuple(tensors["initial"].shape) != (S,)
             or tuple(tensors["final"].shape) != (S,)
+            or len(e_shape) != 1
             or not e_shape == tensors["edge_dst"].shape == tensors["edge_label"].shape
         ):
             raise AutomatonFormatError(f"{p}: tensor shapes do not match S={S}, V={V}")
+        for k, want in (("edge_src", torch.int64), ("edge_dst", torch.int64),
+                        ("edge_label", torch.int64), ("labels", torch.int32),
+                        ("initial", torch.uint8), ("final", torch.uint8)):
+            if tensors[k].dtype != want:
+                raise AutomatonFormatError(f"{p}: {k} has dtype {tensors[k].dtype}, not {want}")
+        L = int(tensors["labels"].shape[0])
+        for k, hi in (("edge_src", S), ("edge_dst", S), ("edge_label", L)):
+            t = tensors[k]
+            if t.numel() and (int(t.min()) < 0 or int(t.max()) >= hi):
+                raise AutomatonFormatError(
+                    f"{p}: {k} holds ids outside 0..{hi - 1} ({int(t.min())}..{int(t.max())})")
         if header["fingerprint"] != vocabulary.fingerprint:
             raise VocabularyMismatchError(header["fingerprint"], vocabulary.fingerprint)
         out = cls(
-            num_states=int(header["num_states"]),
-            vocab_size=int(header["vocab_size"]),
+            num_states=S,
+            vocab_size=V,
             edge_src=tensors["edge_src"],
             edge_dst=tensors["edge_dst"],
             edge_label=tensors["edge_label"],
@@ -456,13 +500,26 @@ class TokenAutomaton(MaskMixin):
             initial=tensors["initial"].bool(),
             final=tensors["final"].bool(),
             fingerprint=header["fingerprint"],
-            eos_token_ids=tuple(json.loads(header["eos_token_ids"])),
-            meta=json.loads(header.get("meta", "{}")),
+            eos_token_ids=tuple(eos),
+            meta=meta,
         )
         return out if device == "cpu" else out.to(device)
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def _checksum(tensors: dict, header: dict) -> str:
+    """SHA-256 over the header fields (sorted) and each tensor's name, dtype, shape and bytes."""
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update(json.dumps(header, sort_keys=True).encode())
+    for k in sorted(tensors):
+        t = tensors[k].contiguous()
+        h.update(f"{k}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def _jsonable(meta: dict) -> dict:

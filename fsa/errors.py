@@ -14,6 +14,7 @@ __all__ = [
     "VocabularyError",
     "VocabularyMismatchError",
     "AutomatonFormatError",
+    "AutomatonFileNotFoundError",
     "EmptyLanguageError",
     "UnsatisfiableBudgetError",
     "UnsupportedSchemaError",
@@ -74,6 +75,10 @@ class VocabularyMismatchError(TractableError, ValueError):
 
 class AutomatonFormatError(TractableError, ValueError):
     """A saved automaton file is corrupt or of an unknown format version."""
+
+
+class AutomatonFileNotFoundError(TractableError, FileNotFoundError):
+    """:meth:`TokenAutomaton.load` was given a path where no file is."""
 
 
 class EmptyLanguageError(TractableError, ValueError):

@@ -341,8 +341,11 @@ def test_load_bad_files(tmp_path, tiny):
     cut.write_bytes(good.read_bytes()[:-7])
     with pytest.raises(AutomatonFormatError):
         TokenAutomaton.load(cut, tiny)
-    with pytest.raises(AutomatonFormatError):
+    from tractable.fsa.errors import AutomatonFileNotFoundError, TractableError
+
+    with pytest.raises(FileNotFoundError) as e:  # issue 23: a missing file is FileNotFoundError
         TokenAutomaton.load(tmp_path / "missing.safetensors", tiny)
+    assert isinstance(e.value, AutomatonFileNotFoundError) and isinstance(e.value, TractableError)
     from safetensors import safe_open
 
     with safe_open(str(good), framework="pt") as f:
@@ -514,3 +517,57 @@ def test_trim_states_matches_breadth_first_search():
         got_keep, got_order = _trim_states(S, src, dst, final, start)
         assert got_keep.tolist() == keep
         assert got_order.tolist() == order
+
+
+def _tampered(tmp_path, tiny, name, *, header=None, tensors=None, keep_checksum=True):
+    """A copy of a good file with header fields / tensors replaced (the checksum kept from the
+    good file unless ``keep_checksum`` is False: then dropped, as an old file has none)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    A = TokenAutomaton.from_byte_nfa(N.union(N.literal("ab"), N.literal("b")), tiny)
+    good = tmp_path / "good.safetensors"
+    A.save(good)
+    with safe_open(str(good), framework="pt") as f:
+        h = dict(f.metadata())
+        t = {k: f.get_tensor(k) for k in f.keys()}
+    h.update(header or {})
+    if not keep_checksum:
+        h.pop("checksum")
+    for k, v in (tensors or {}).items():
+        t[k] = v(t[k])
+    out = tmp_path / name
+    save_file(t, str(out), metadata=h)
+    return out
+
+
+@pytest.mark.parametrize("what,header,tensors,match", [
+    ("version not a number", {"version": "one"}, None, "not a number"),
+    ("bad header JSON", {"eos_token_ids": "[1,"}, None, "unreadable header"),
+    ("eos out of range", {"eos_token_ids": "[99999]"}, None, "out of range"),
+    ("float32 edge_src", None, {"edge_src": lambda x: x.float()}, "dtype"),
+    ("edge_dst out of range", None, {"edge_dst": lambda x: x + 1000}, "edge_dst holds ids"),
+    ("negative edge_label", None, {"edge_label": lambda x: x.index_fill(0, x.new_zeros(1), -5)},
+     "edge_label holds ids"),
+    ("2-D edge_src", None, {"edge_src": lambda x: x[None, :]}, "shapes"),
+])
+def test_load_refuses_tampered_files(tmp_path, tiny, what, header, tensors, match):
+    """Issue 23: tampered files are refused at load, never at first use — by the checksum, and
+    (for files without one, as saved before checksums existed) by the checks themselves."""
+    signed = _tampered(tmp_path, tiny, "signed.safetensors", header=header, tensors=tensors)
+    with pytest.raises(AutomatonFormatError, match="checksum|not a number|" + match):
+        TokenAutomaton.load(signed, tiny)
+    unsigned = _tampered(tmp_path, tiny, "unsigned.safetensors", header=header, tensors=tensors,
+                         keep_checksum=False)
+    with pytest.raises(AutomatonFormatError, match=match):
+        TokenAutomaton.load(unsigned, tiny)
+
+
+def test_load_accepts_its_own_files_and_old_ones(tmp_path, tiny):
+    A = TokenAutomaton.from_byte_nfa(N.union(N.literal("ab"), N.literal("b")), tiny)
+    A.save(tmp_path / "a.safetensors")
+    B = TokenAutomaton.load(tmp_path / "a.safetensors", tiny)
+    assert torch.equal(A.labels, B.labels) and torch.equal(A.edge_dst, B.edge_dst)
+    old = _tampered(tmp_path, tiny, "old.safetensors", keep_checksum=False)  # no checksum
+    C = TokenAutomaton.load(old, tiny)
+    assert torch.equal(A.edge_label, C.edge_label)

@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "VocabularyError": "tractable.fsa.errors",
     "VocabularyMismatchError": "tractable.fsa.errors",
     "AutomatonFormatError": "tractable.fsa.errors",
+    "AutomatonFileNotFoundError": "tractable.fsa.errors",
     "EmptyLanguageError": "tractable.fsa.errors",
     "UnsatisfiableBudgetError": "tractable.fsa.errors",
     "UnsupportedSchemaError": "tractable.fsa.errors",
