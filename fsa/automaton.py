@@ -489,7 +489,15 @@ class TokenAutomaton(MaskMixin):
                 raise AutomatonFormatError(
                     f"{p}: {k} holds ids outside 0..{hi - 1} ({int(t.min())}..{int(t.max())})")
         if header["fingerprint"] != vocabulary.fingerprint:
-            raise VocabularyMismatchError(header["fingerprint"], vocabulary.fingerprint)
+            diff = []
+            if V != vocabulary.size:
+                diff.append(f"vocab_size {V} in the file, {vocabulary.size} given")
+            if sorted(eos) != sorted(vocabulary.eos_token_ids):
+                diff.append(f"EOS ids {sorted(eos)} in the file, "
+                            f"{sorted(vocabulary.eos_token_ids)} given")
+            raise VocabularyMismatchError(
+                header["fingerprint"], vocabulary.fingerprint,
+                differences="; ".join(diff) or "same size and EOS ids: the token strings differ")
         out = cls(
             num_states=S,
             vocab_size=V,

@@ -64,13 +64,16 @@ class VocabularyError(TractableError, ValueError):
 class VocabularyMismatchError(TractableError, ValueError):
     """A saved automaton (or HMM) was compiled against another vocabulary."""
 
-    def __init__(self, expected: str, found: str, what: str = "automaton"):
+    def __init__(self, expected: str, found: str, what: str = "automaton", *,
+                 differences: str = ""):
         super().__init__(
             f"{what} was compiled for vocabulary fingerprint {expected[:16]}…, "
             f"but the vocabulary given has fingerprint {found[:16]}…"
+            + (f" ({differences})" if differences else "")
         )
         self.expected = expected
         self.found = found
+        self.differences = differences
 
 
 class AutomatonFormatError(TractableError, ValueError):

@@ -320,11 +320,14 @@ def test_load_against_another_vocabulary(tmp_path, tiny):
     p = tmp_path / "a.safetensors"
     A.save(p)
     other = TokenVocabulary.from_token_bytes(TINY[:-1] + ["cd"], eos_token_ids=[EOS])
-    with pytest.raises(VocabularyMismatchError):
+    with pytest.raises(VocabularyMismatchError, match="the token strings differ"):
         TokenAutomaton.load(p, other)
     other_eos = TokenVocabulary.from_token_bytes(TINY, eos_token_ids=[SPECIAL])
-    with pytest.raises(VocabularyMismatchError):
+    with pytest.raises(VocabularyMismatchError, match=r"EOS ids \[\d+\] in the file"):
         TokenAutomaton.load(p, other_eos)
+    bigger = TokenVocabulary.from_token_bytes(TINY + ["zz"], eos_token_ids=[EOS])
+    with pytest.raises(VocabularyMismatchError, match="vocab_size"):
+        TokenAutomaton.load(p, bigger)
 
 
 def test_load_bad_files(tmp_path, tiny):
