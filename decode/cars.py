@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..fsa.errors import InvalidArgumentError
 from .constraints import Constraint, as_constraint
 from .lm import LanguageModel
 
@@ -63,7 +64,7 @@ class CARS:
                  max_new_tokens: int = 32, update: str = "cars", batch_size: int = 1,
                  seed=None, vocab=None) -> None:
         if update not in UPDATE_RULES:
-            raise ValueError(f"update must be one of {UPDATE_RULES}: {update!r}")
+            raise InvalidArgumentError(f"update must be one of {UPDATE_RULES}: {update!r}")
         self.lm = lm
         self.constraint: Constraint = as_constraint(constraint, vocab)
         self.prompt_ids = list(prompt_ids)

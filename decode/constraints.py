@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..fsa.errors import InvalidArgumentError, InvalidArgumentTypeError
+
 __all__ = [
     "Constraint",
     "AutomatonConstraint",
@@ -175,7 +177,7 @@ class AutomatonConstraint(Constraint):
             return r - 1
         if mode == "lcd":
             return np.iinfo(np.int64).max
-        raise ValueError(f"mode must be 'gcd' or 'lcd', got {mode!r}")
+        raise InvalidArgumentError(f"mode must be 'gcd' or 'lcd', got {mode!r}")
 
     def allowed(self, state: _SetState, remaining, mode: str = "gcd") -> torch.Tensor:
         B = state.batch_size
@@ -316,7 +318,7 @@ class PrefixConstraint(Constraint):
         if mode == "gcd" and r == 1:
             return self.accepts(n)
         if mode not in ("gcd", "lcd"):
-            raise ValueError(f"mode must be 'gcd' or 'lcd', got {mode!r}")
+            raise InvalidArgumentError(f"mode must be 'gcd' or 'lcd', got {mode!r}")
         return self.viable(n)
 
     def check(self, state: _PrefixState, rows: torch.Tensor, tokens: torch.Tensor, remaining,
@@ -406,14 +408,15 @@ def as_constraint(obj, vocab=None) -> Constraint:
         return AutomatonConstraint(obj)
     if isinstance(obj, str):
         if vocab is None:
-            raise TypeError("a regex constraint needs vocab= (a TokenVocabulary)")
+            raise InvalidArgumentTypeError("a regex constraint needs vocab= (a TokenVocabulary)")
         return RegexConstraint(obj, vocab)
     if callable(getattr(obj, "viable", None)) and callable(getattr(obj, "accepts", None)):
         if vocab is None:
-            raise TypeError("a viable/accepts constraint needs vocab= (a TokenVocabulary)")
+            raise InvalidArgumentTypeError(
+                "a viable/accepts constraint needs vocab= (a TokenVocabulary)")
         return PrefixConstraint(obj.viable, obj.accepts, vocab.size, vocab.eos_token_ids,
                                 token_bytes=vocab.token_bytes)
-    raise TypeError(
+    raise InvalidArgumentTypeError(
         f"cannot use {type(obj).__name__} as a constraint: expected a Constraint, a "
         "TokenAutomaton, a regex string, or an object with viable(bytes)/accepts(bytes)"
     )

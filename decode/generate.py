@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from ..fsa.errors import InvalidArgumentError
 from .processor import gcd_logits_processor
 
 __all__ = ["GenerateResult", "generate", "generate_json", "model_vocabulary"]
@@ -116,7 +117,8 @@ def generate(model, tokenizer, prompts: str | Sequence[str], constraint, *,
     """
     for k in ("max_length", "max_new_tokens", "min_new_tokens", "min_length"):
         if k in generate_kwargs:
-            raise ValueError(f"{k} in generate_kwargs: the budget is max_new_tokens, given once")
+            raise InvalidArgumentError(
+                f"{k} in generate_kwargs: the budget is max_new_tokens, given once")
     if isinstance(prompts, str):
         prompts = [prompts]
     vocab = vocab if vocab is not None else model_vocabulary(model, tokenizer)

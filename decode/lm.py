@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from ..fsa.errors import InvalidArgumentError
+
 __all__ = ["LMState", "LanguageModel", "HFCausalLM", "TableLM", "RestrictedLM"]
 
 
@@ -134,7 +136,8 @@ class TableLM(LanguageModel):
         if out is None:
             p = torch.as_tensor(list(self._fn(tuple(prefix))), dtype=torch.float64)
             if p.shape != (self.vocab_size,) or bool((p < 0).any()) or float(p.sum()) <= 0:
-                raise ValueError(f"TableLM: bad distribution after prefix {prefix}: {p.tolist()}")
+                raise InvalidArgumentError(
+                    f"TableLM: bad distribution after prefix {prefix}: {p.tolist()}")
             out = torch.log(p / p.sum())
             self._memo[prefix] = out
         return out
@@ -217,7 +220,8 @@ class HFCausalLM(LanguageModel):
                 if isinstance(im_end, int) and im_end >= 0 and im_end != tokenizer.unk_token_id:
                     eos.append(im_end)
             if not eos:
-                raise ValueError("HFCausalLM: pass eos_token_ids (no tokenizer EOS found)")
+                raise InvalidArgumentError(
+                    "HFCausalLM: pass eos_token_ids (no tokenizer EOS found)")
             eos_token_ids = sorted(set(eos))
         self.eos_token_ids = tuple(int(e) for e in eos_token_ids)
         self.device = next(model.parameters()).device
@@ -232,7 +236,8 @@ class HFCausalLM(LanguageModel):
     def start(self, prompt_ids: Sequence[int], batch_size: int = 1) -> _HFState:
         key = tuple(int(t) for t in prompt_ids)
         if not key:
-            raise ValueError("HFCausalLM.start: the prompt must hold at least one token (BOS)")
+            raise InvalidArgumentError(
+                "HFCausalLM.start: the prompt must hold at least one token (BOS)")
         hit = self._prefill.get(key)
         if hit is None:
             ids = torch.tensor([key], dtype=torch.long, device=self.device)

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..fsa.errors import BudgetExceededError, TokenError, VocabularyError
+from ..fsa.errors import BudgetExceededError, InvalidArgumentError, TokenError, VocabularyError
 
 try:  # transformers is optional: the class works as a plain callable without it
     from transformers import LogitsProcessor as _LogitsProcessorBase
@@ -153,13 +153,14 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
         record: bool = False,
     ):
         if mode not in _MODES:
-            raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+            raise InvalidArgumentError(f"mode must be one of {_MODES}, got {mode!r}")
         if on_violation not in ("auto", "raise", "prune"):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"on_violation must be 'auto', 'raise' or 'prune', got {on_violation!r}"
             )
         if int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
+            raise InvalidArgumentError(
+                f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
         self.automaton = automaton
         self.max_new_tokens = int(max_new_tokens)
         self.mode = mode
@@ -250,13 +251,13 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
             )
         B, L = input_ids.shape
         if scores.shape[0] != B:
-            raise ValueError(f"input_ids has {B} rows but scores has {scores.shape[0]}")
+            raise InvalidArgumentError(f"input_ids has {B} rows but scores has {scores.shape[0]}")
         if self.prompt_length is None:
             self.prompt_length = L
         P = self.prompt_length
         n = L - P
         if n < 0:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"input_ids has {L} columns, fewer than the prompt length {P} fixed at the first "
                 "call: a GCDLogitsProcessor serves one generate() call (create a new one, or "
                 "call reset())"

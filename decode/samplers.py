@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..fsa.errors import InvalidArgumentError
+
 __all__ = [
     "TokenDraw",
     "rejection_sample",
@@ -127,7 +129,7 @@ def wrs(logp0, check: Callable[[int], bool], *, L: int = 1, rng=None,
         ValueError: L < 1.
     """
     if L < 1:
-        raise ValueError(f"WRS needs L >= 1 extra loops for an unbiased Ẑ (got L={L})")
+        raise InvalidArgumentError(f"WRS needs L >= 1 extra loops for an unbiased Ẑ (got L={L})")
     g = _rng(rng)
     p = _probs(logp0)
     c = np.cumsum(p)
@@ -205,7 +207,7 @@ def awrs_clipped(logp0, check: Callable[[int], bool], *, theta0: float = 0.9,
         ValueError: unless 0 < θ0 < θ1 < 1.
     """
     if not 0.0 < theta0 < theta1 < 1.0:
-        raise ValueError(f"need 0 < theta0 < theta1 < 1 (got {theta0}, {theta1})")
+        raise InvalidArgumentError(f"need 0 < theta0 < theta1 < 1 (got {theta0}, {theta1})")
     g = _rng(rng)
     p = _probs(logp0)
     chk = _Checker(check)

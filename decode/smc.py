@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..fsa.errors import InvalidArgumentError
 from .constraints import Constraint, as_constraint
 from .lm import HFCausalLM, LanguageModel
 from .samplers import awrs_batched
@@ -94,7 +95,8 @@ def resample_indices(weights: np.ndarray, n: int, method: str, g: np.random.Gene
     elif method == "systematic":
         u = (np.arange(n) + g.random()) / n
     else:
-        raise ValueError(f"resampling must be multinomial, stratified or systematic: {method!r}")
+        raise InvalidArgumentError(
+            f"resampling must be multinomial, stratified or systematic: {method!r}")
     return np.minimum(np.searchsorted(c, u, side="right"), len(weights) - 1).astype(np.int64)
 
 
@@ -170,16 +172,19 @@ class SMC:
                  ess_threshold: float = 0.5, resampling: str = "multinomial",
                  awrs_chunk: int = 8, pgcd_weight: float | None = None, vocab=None) -> None:
         if isinstance(proposal, str) and proposal not in PROPOSALS:
-            raise ValueError(f"proposal must be one of {PROPOSALS} or a callable: {proposal!r}")
+            raise InvalidArgumentError(
+                f"proposal must be one of {PROPOSALS} or a callable: {proposal!r}")
         if proposal == "pgcd" and (potential is None):
-            raise ValueError("proposal='pgcd' needs potential= (a P-GCD potential with log_next)")
+            raise InvalidArgumentError(
+                "proposal='pgcd' needs potential= (a P-GCD potential with log_next)")
         if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
+            raise InvalidArgumentError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
         self.lm = lm
         self.constraint: Constraint = as_constraint(constraint, vocab)
         if self.constraint.vocab_size != lm.vocab_size:
-            raise ValueError(f"constraint vocabulary size {self.constraint.vocab_size} != LM "
-                             f"logits width {lm.vocab_size}")
+            raise InvalidArgumentError(
+                f"constraint vocabulary size {self.constraint.vocab_size} != LM "
+                f"logits width {lm.vocab_size}")
         self.proposal = proposal
         self.potential = potential
         self.max_new_tokens = int(max_new_tokens)
@@ -226,8 +231,8 @@ class SMC:
             else:  # a generic potential: q ∝ p_lm^w (p_lm φ(x v))^(1-w)
                 ln = self.potential.log_next(ps, r)
                 if ln is None:
-                    raise ValueError("the potential gives neither proposal_logprobs nor "
-                                     "log_next: cannot build a P-GCD proposal")
+                    raise InvalidArgumentError("the potential gives neither proposal_logprobs nor "
+                                               "log_next: cannot build a P-GCD proposal")
                 w = self.pgcd_weight or 0.0
                 lq = lp + (1.0 - w) * ln.double()
         else:
@@ -403,7 +408,7 @@ def smc(model, tokenizer, prompt, automaton_or_constraint, *, n_particles: int =
     lm = model if isinstance(model, LanguageModel) else HFCausalLM(model, tokenizer)
     if isinstance(prompt, str):
         if tokenizer is None:
-            raise ValueError("a text prompt needs a tokenizer")
+            raise InvalidArgumentError("a text prompt needs a tokenizer")
         if chat_template:
             ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
                                                 add_generation_prompt=True, tokenize=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 __all__ = [
     "TractableError",
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
     "UnsupportedRegexError",
     "InvalidRegexError",
     "VocabularyError",
@@ -28,6 +30,15 @@ __all__ = [
 
 class TractableError(Exception):
     """Base class of every error this package raises on purpose."""
+
+
+class InvalidArgumentError(TractableError, ValueError):
+    """An argument of a tractable function has a value it cannot take (a mode, a size, a
+    shape); the message names the argument and what was given."""
+
+
+class InvalidArgumentTypeError(TractableError, TypeError):
+    """An argument of a tractable function has a type it cannot take."""
 
 
 class InvalidRegexError(TractableError, ValueError):

@@ -29,6 +29,7 @@ import warnings
 from typing import Any
 
 from .automaton import TokenAutomaton
+from .errors import InvalidArgumentError
 from .grammar_approx import MAX_BYTE_STATES, approximate, scc_report, unroll
 from .grammar_cfg import CFG, prepare
 from .grammar_earley import EarleyChecker
@@ -77,7 +78,7 @@ def parse_grammar(text: str, *, syntax: str = "auto", start: str | None = None) 
         return parse_lark(text, start=start)
     if syntax in ("gbnf", "ebnf"):
         return parse_gbnf(text, start=start, syntax=syntax)
-    raise ValueError(f"syntax must be 'auto', 'lark', 'gbnf' or 'ebnf', not {syntax!r}")
+    raise InvalidArgumentError(f"syntax must be 'auto', 'lark', 'gbnf' or 'ebnf', not {syntax!r}")
 
 
 def _as_cfg(grammar: str | CFG, syntax: str, start: str | None) -> CFG:

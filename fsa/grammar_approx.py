@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import nfa as N
-from .errors import GrammarError
+from .errors import GrammarError, InvalidArgumentError
 from .grammar_cfg import CFG, NOTHING, START, Expr, PreparedCFG, alt, prepare, rep, seq
 from .nfa_bisim import bisim_reduce
 from .nfa_determinize import SubsetDFA, subset_construction
@@ -678,9 +678,9 @@ def approximate(
         GrammarError: the automaton would exceed ``max_states`` states (lower ``max_depth``).
     """
     if mode not in ("over", "under"):
-        raise ValueError(f"approximation must be 'over' or 'under', not {mode!r}")
+        raise InvalidArgumentError(f"approximation must be 'over' or 'under', not {mode!r}")
     if max_depth < 0:
-        raise ValueError("max_depth must be >= 0")
+        raise InvalidArgumentError("max_depth must be >= 0")
     pc = prepare(cfg)
     shared = False
     try:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import nfa as N
-from .errors import EmptyLanguageError, GrammarError
+from .errors import EmptyLanguageError, GrammarError, InvalidArgumentError
 from .nfa import ByteNFA
 
 __all__ = [
@@ -86,7 +86,7 @@ def alt(*parts: Expr) -> Expr:
 def rep(e: Expr, lo: int, hi: int | None) -> Expr:
     """``e{lo,hi}`` with the trivial cases folded."""
     if hi is not None and hi < lo:
-        raise ValueError(f"bad repetition bounds {{{lo},{hi}}}")
+        raise InvalidArgumentError(f"bad repetition bounds {{{lo},{hi}}}")
     if hi == 0 or e == EPS:
         return EPS
     if e == NOTHING:

@@ -69,6 +69,7 @@ import math
 from decimal import Decimal
 from functools import cache
 
+from .errors import InvalidArgumentError, InvalidArgumentTypeError
 from .json_formats_regex import regex_syntax
 from .json_formats_uri import ipv4 as _ipv4
 from .json_formats_uri import ipv6 as _ipv6
@@ -112,16 +113,16 @@ def _digits(lo: int, hi: int) -> int:
 def to_decimal(x) -> Decimal:
     """The exact decimal value a JSON number denotes (floats by their shortest repr)."""
     if isinstance(x, bool):
-        raise TypeError("bool is not a number")
+        raise InvalidArgumentTypeError("bool is not a number")
     if isinstance(x, int):
         return Decimal(x)
     if isinstance(x, float):
         if not math.isfinite(x):
-            raise ValueError(f"{x!r} is not a JSON number")
+            raise InvalidArgumentError(f"{x!r} is not a JSON number")
         return Decimal(repr(x))
     if isinstance(x, Decimal):
         return x
-    raise TypeError(f"not a number: {x!r}")
+    raise InvalidArgumentTypeError(f"not a number: {x!r}")
 
 
 def canonical_number(x) -> str:

@@ -72,6 +72,7 @@ import math
 from collections.abc import Iterable
 from decimal import Decimal
 
+from .errors import InvalidArgumentError
 from .json_formats import multiple_of, number_nfa, number_range
 from .nfa import ByteNFA, finalize, intersect
 
@@ -140,7 +141,7 @@ def _lcm(ms: Iterable[Decimal]) -> tuple[int, int] | None:
 
 def _check(d: Decimal | None, what: str) -> None:
     if d is not None and (not isinstance(d, Decimal) or not d.is_finite()):
-        raise ValueError(f"{what} must be a finite Decimal, got {d!r}")
+        raise InvalidArgumentError(f"{what} must be a finite Decimal, got {d!r}")
 
 
 class _Spec:
@@ -545,7 +546,7 @@ def number_language(
     for m in multiples:
         _check(m, "multipleOf")
         if m <= 0:
-            raise ValueError(f"multipleOf must be > 0, got {m!r}")
+            raise InvalidArgumentError(f"multipleOf must be > 0, got {m!r}")
     if canonical:
         if lower is None and upper is None:
             a = number_nfa(integer)
@@ -565,7 +566,7 @@ def number_language(
         E = DEFAULT_MAX_EXPONENT if mult is None else DEFAULT_MAX_EXPONENT_MULTIPLE
     E0 = E if nonscientific_max_exponent is None else nonscientific_max_exponent
     if E < 0 or E0 < 0:
-        raise ValueError("exponent bounds must be >= 0")
+        raise InvalidArgumentError("exponent bounds must be >= 0")
     E0 = min(E0, E)
     if mult is not None and mult[0] * max(E + mult[1] + 2, 1) > MAX_NUMBER_STATES:
         return None

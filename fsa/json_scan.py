@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InvalidArgumentTypeError
+
 __all__ = [
     "OUT", "STR", "ESC", "U4", "U3", "U2", "U1", "NUM_MODES",
     "EV_OPEN", "EV_SEP", "EV_CLOSE",
@@ -117,7 +119,8 @@ def _key(v: Any) -> Any:
         return ("a", tuple(_key(x) for x in v))
     if isinstance(v, dict):
         return ("o", frozenset((k, _key(x)) for k, x in v.items()))
-    raise TypeError(f"not a JSON value: {v!r}")  # pragma: no cover - json.loads gives the above
+    raise InvalidArgumentTypeError(
+        f"not a JSON value: {v!r}")  # pragma: no cover - json.loads gives the above
 
 
 def value_key(text: bytes | str) -> Any:

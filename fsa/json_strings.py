@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 
 from . import nfa as N
+from .errors import InvalidArgumentError
 from .nfa import ByteNFA
 
 __all__ = ["all_spellings", "hex4"]
@@ -241,7 +242,7 @@ def all_spellings(a: ByteNFA) -> ByteNFA:
         if old is None:
             phase[q] = ph
         elif (old == 0) != (ph == 0):
-            raise ValueError(f"state {q} is reached both between and inside characters")
+            raise InvalidArgumentError(f"state {q} is reached both between and inside characters")
         if ph == 0 and q not in seen_b:
             seen_b.add(q)
             boundary.append(q)

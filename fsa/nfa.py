@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from operator import itemgetter
 
+from .errors import InvalidArgumentError
+
 _SECOND, _THIRD = itemgetter(1), itemgetter(2)
 
 __all__ = [
@@ -133,7 +135,7 @@ def byteset(mask: int) -> ByteNFA:
 def byte_range(lo: int, hi: int) -> ByteNFA:
     """One byte in ``[lo, hi]``."""
     if not 0 <= lo <= hi <= 255:
-        raise ValueError(f"byte range [{lo}, {hi}] is outside 0..255")
+        raise InvalidArgumentError(f"byte range [{lo}, {hi}] is outside 0..255")
     return byteset(((1 << (hi + 1)) - 1) ^ ((1 << lo) - 1))
 
 
@@ -217,7 +219,7 @@ def codepoints(ranges: Iterable[tuple[int, int]]) -> ByteNFA:
         if lo > hi:
             continue
         if not 0 <= lo <= hi <= MAX_CODEPOINT:
-            raise ValueError(f"code-point range [{lo:#x}, {hi:#x}] is outside Unicode")
+            raise InvalidArgumentError(f"code-point range [{lo:#x}, {hi:#x}] is outside Unicode")
         seqs.extend(utf8_sequences(lo, hi))
     if not seqs:
         return nothing()
@@ -338,7 +340,7 @@ def repeat(a: ByteNFA, lo: int, hi: int | None) -> ByteNFA:
     ``k >= lo`` stops after ``k`` copies.
     """
     if lo < 0 or (hi is not None and hi < lo):
-        raise ValueError(f"bad repetition bounds {{{lo},{hi}}}")
+        raise InvalidArgumentError(f"bad repetition bounds {{{lo},{hi}}}")
     if hi is None:
         if lo == 0:
             return star(a)
@@ -632,7 +634,7 @@ def trim(nfa: ByteNFA) -> ByteNFA:
     The NFA must be epsilon-free.  An empty language gives a 1-state NFA with no finals.
     """
     if nfa.epsilons:
-        raise ValueError("trim() needs an epsilon-free NFA; call remove_epsilons() first")
+        raise InvalidArgumentError("trim() needs an epsilon-free NFA; call remove_epsilons() first")
     return _canonical(nfa, reduce=False)
 
 

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from . import nfa as N
+from .errors import InvalidArgumentError
 
 __all__ = ["subset_construction", "SubsetDFA"]
 
@@ -49,7 +50,7 @@ class SubsetDFA:
 
     def accepts(self, data: bytes) -> bool:
         if not self.finished:
-            raise ValueError("the construction did not finish")
+            raise InvalidArgumentError("the construction did not finish")
         q = 0
         for byte in data:
             q = int(self.delta[q, self.class_of_byte[byte]])

@@ -68,7 +68,7 @@ import numpy as np
 
 from . import nfa as N
 from .automaton import TokenAutomaton
-from .errors import InvalidRegexError, UnsupportedRegexError
+from .errors import InvalidArgumentTypeError, InvalidRegexError, UnsupportedRegexError
 from .nfa import ByteNFA
 from .regex_lookaround import MARKER_SHIFT, Lookaround, lookaround_product
 from .vocabulary import TokenVocabulary, require_vocabulary
@@ -562,7 +562,7 @@ def _anchor_product(a: ByteNFA) -> ByteNFA:
 
 def _parse(pattern: str, flags: int):
     if not isinstance(pattern, str):
-        raise TypeError(f"pattern must be a str, not {type(pattern).__name__}")
+        raise InvalidArgumentTypeError(f"pattern must be a str, not {type(pattern).__name__}")
     if flags & re.LOCALE:
         raise InvalidRegexError("re.LOCALE is only valid with bytes patterns", pattern, None)
     try:

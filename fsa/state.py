@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import UnsatisfiableBudgetError
+from .errors import InvalidArgumentError, UnsatisfiableBudgetError
 
 __all__ = ["AutomatonState", "MaskMixin", "MODES"]
 
@@ -116,7 +116,8 @@ class AutomatonState:
         """Rows ``indices`` (LongTensor [K], repeats allowed): beam reordering, SMC resampling."""
         idx = torch.as_tensor(indices, dtype=torch.long).cpu()
         if idx.dim() != 1:
-            raise ValueError(f"select() takes a 1-D index tensor, got shape {tuple(idx.shape)}")
+            raise InvalidArgumentError(
+                f"select() takes a 1-D index tensor, got shape {tuple(idx.shape)}")
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.batch_size):
             raise IndexError(f"select() index out of range for batch size {self.batch_size}")
         ids = None if self.set_ids is None else self.set_ids[idx.numpy()]
@@ -128,7 +129,7 @@ class AutomatonState:
     def cat(states: list[AutomatonState]) -> AutomatonState:
         """Concatenate batches (same automaton) along the batch dimension."""
         if not states:
-            raise ValueError("cat() needs at least one state")
+            raise InvalidArgumentError("cat() needs at least one state")
         eng = states[0]._engine
         same = all(s._engine is eng and s.set_ids is not None for s in states)
         ids = np.concatenate([s.set_ids for s in states]) if same else None
@@ -241,7 +242,7 @@ class _MaskEngine:
             return st.set_ids
         rows = st.active.detach().cpu().numpy()
         if rows.ndim != 2 or rows.shape[1] != self.S:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"state has shape {tuple(rows.shape)}; this automaton needs [B, {self.S}]"
             )
         return np.array([self.intern(np.ascontiguousarray(r, dtype=bool)) for r in rows],
@@ -362,13 +363,13 @@ def _remaining_list(remaining: int | torch.Tensor | None, B: int) -> list:
         if remaining.dim() == 0:
             return [int(remaining)] * B
         if remaining.shape != (B,):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"remaining has shape {tuple(remaining.shape)}; expected an int or [{B}]"
             )
         return remaining.tolist()
     if isinstance(remaining, (list, tuple, np.ndarray)):
         if len(remaining) != B:
-            raise ValueError(f"remaining has {len(remaining)} entries; the batch has {B}")
+            raise InvalidArgumentError(f"remaining has {len(remaining)} entries; the batch has {B}")
         return [int(x) for x in remaining]
     return [int(remaining)] * B
 
@@ -427,7 +428,7 @@ class MaskMixin:
     def start(self, batch_size: int = 1) -> AutomatonState:
         """``batch_size`` copies of the initial set {0} (eq. 3's α_0 = π_f)."""
         if batch_size < 0:
-            raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+            raise InvalidArgumentError(f"batch_size must be >= 0, got {batch_size}")
         eng = self._mask_engine()
         return eng.make_state(np.full(batch_size, eng.initial_id, dtype=np.int64), self.final)
 
@@ -443,7 +444,8 @@ class MaskMixin:
         if isinstance(toks, int):
             toks = [toks]
         if len(toks) != ids.shape[0]:
-            raise ValueError(f"advance() got {len(toks)} token ids for a batch of {ids.shape[0]}")
+            raise InvalidArgumentError(
+                f"advance() got {len(toks)} token ids for a batch of {ids.shape[0]}")
         step = eng.step
         if len(toks) == 1:
             new = np.array([step(ids.item(0), int(toks[0]))], dtype=np.int64)
@@ -479,7 +481,7 @@ class MaskMixin:
         # 16 KiB row copy is ~0.8 us and torch's .numpy() ~1 us (hence the cached view).
         lcd = mode == "lcd"
         if not lcd and mode != "gcd":
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+            raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
         if self.device.type == "cuda":
             # On the GPU the batched Triton kernel computes the masks (tractable.kernels)
             from ..kernels import MaskTables, token_mask
@@ -522,12 +524,12 @@ class MaskMixin:
                 o = out.numpy() if out.device.type == "cpu" else None
                 if (o is None or o.dtype != np.int32 or o.shape != (B, eng.W)
                         or not o.flags.c_contiguous):
-                    raise ValueError(
+                    raise InvalidArgumentError(
                         f"out must be a contiguous CPU int32 tensor of shape {(B, eng.W)}"
                     )
                 eng.out_view = (out, o)
             if o.shape[0] != B:
-                raise ValueError(f"out has {o.shape[0]} rows; the batch has {B}")
+                raise InvalidArgumentError(f"out has {o.shape[0]} rows; the batch has {B}")
         table = eng.table
         if B == 1:
             o[0] = table[rows[0]]
@@ -583,5 +585,6 @@ def _bfs_distance(A: Any) -> np.ndarray:
     d = dijkstra(g, directed=True, indices=S, unweighted=True)[:S] - 1
     if not np.all(np.isfinite(d)):
         bad = int(np.nonzero(~np.isfinite(d))[0][0])
-        raise ValueError(f"state {bad} cannot reach an accepting state (automaton not trimmed)")
+        raise InvalidArgumentError(
+            f"state {bad} cannot reach an accepting state (automaton not trimmed)")
     return d.astype(np.int64)

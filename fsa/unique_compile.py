@@ -42,6 +42,7 @@ import json
 import math
 
 from . import nfa as N
+from .errors import InvalidArgumentError
 from .json_scan import value_key
 from .nfa import ByteNFA
 
@@ -107,7 +108,7 @@ def lift_view(t: ByteNFA) -> ByteNFA:
     Raises:
         ValueError: ``t`` has epsilons or a start other than 0 (not finalized)."""
     if t.epsilons or t.start != 0:
-        raise ValueError("lift_view() needs a finalized NFA")
+        raise InvalidArgumentError("lift_view() needs a finalized NFA")
     r = ByteNFA(t.num_states, 0, t.finals, tuple((s, _relabel(m), d) for s, m, d in t.edges))
     r._cache[("finalize", True)] = r
     r._cache[("finalize", False)] = r

@@ -78,7 +78,7 @@ import numpy as np
 import torch
 
 from . import json_scan as J
-from .errors import TractableError
+from .errors import InvalidArgumentError, TractableError
 from .state import AutomatonState, _remaining_list
 from .unique_compile import CLOSE, MARKERS, OPEN, SEP, lift_view
 
@@ -162,8 +162,9 @@ class UniqueItemsAutomaton:
     def __init__(self, automaton, marked, vocab):
         bs = automaton._memo.get("byte_states")
         if bs is None:
-            raise ValueError("the automaton does not record its byte states; build it with "
-                             "UniqueItemsAutomaton.from_marked_nfa")
+            raise InvalidArgumentError(
+                "the automaton does not record its byte states; build it with "
+                "UniqueItemsAutomaton.from_marked_nfa")
         self.automaton = automaton
         self.marked = marked
         self._tb = vocab.token_bytes
@@ -269,7 +270,7 @@ class UniqueItemsAutomaton:
     def start(self, batch_size: int = 1) -> UniqueItemsState:
         """``batch_size`` copies of the initial state (no open array)."""
         if batch_size < 0:
-            raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+            raise InvalidArgumentError(f"batch_size must be >= 0, got {batch_size}")
         eng = self._engine()
         row = _Row(0, b"", J.START, (((), eng.initial_id),), False)
         return self._make([row] * batch_size)
@@ -277,7 +278,8 @@ class UniqueItemsAutomaton:
     def _rows_of(self, st) -> tuple:
         rows = getattr(st, "rows", None)
         if rows is None or len(rows) != st.batch_size:
-            raise ValueError("not a UniqueItemsState of this automaton (use start()/advance())")
+            raise InvalidArgumentError(
+                "not a UniqueItemsState of this automaton (use start()/advance())")
         return rows
 
     def advance(self, st: UniqueItemsState, token_ids) -> UniqueItemsState:
@@ -289,7 +291,8 @@ class UniqueItemsAutomaton:
         if isinstance(toks, int):
             toks = [toks]
         if len(toks) != len(rows):
-            raise ValueError(f"advance() got {len(toks)} token ids for a batch of {len(rows)}")
+            raise InvalidArgumentError(
+                f"advance() got {len(toks)} token ids for a batch of {len(rows)}")
         out = [self._step_row(r, int(t)) for r, t in zip(rows, toks)]
         new = self._make(out)
         return new if st.active.device.type == "cpu" else new.to(st.active.device)

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import torch
 
+from ..fsa.errors import InvalidArgumentError
+
 __all__ = [
     "add_arguments",
     "run",
@@ -101,7 +103,8 @@ def load_lm(name: str = "smollm2", dtype: torch.dtype = torch.float32):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not Path(name).is_dir():
-        raise ValueError(f"--model {name!r}: expected 'smollm2' or a local HF model folder")
+        raise InvalidArgumentError(
+            f"--model {name!r}: expected 'smollm2' or a local HF model folder")
     return (AutoModelForCausalLM.from_pretrained(name, dtype=dtype).eval(),
             AutoTokenizer.from_pretrained(name))
 
@@ -209,7 +212,7 @@ def _ensure_samples(args, model_tok, device, log) -> Path:
     if meta_path.exists():
         old = json.loads(meta_path.read_text())
         if old != meta:
-            raise ValueError(f"{sample_dir} holds samples drawn with {old}, not {meta}")
+            raise InvalidArgumentError(f"{sample_dir} holds samples drawn with {old}, not {meta}")
     else:
         meta_path.write_text(json.dumps(meta))
     nb = math.ceil(args.num_samples / args.sample_batch_size)

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..fsa.errors import AutomatonFormatError, VocabularyMismatchError
+from ..fsa.errors import AutomatonFormatError, InvalidArgumentError, VocabularyMismatchError
 
 __all__ = ["HMM", "HMM_FORMAT_VERSION"]
 
@@ -58,7 +58,7 @@ class HMM:
         H = self.initial.shape[0]
         if self.initial.dim() != 1 or self.transition.shape != (H, H) or self.emission.dim() != 2 \
                 or self.emission.shape[0] != H:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"HMM shapes: initial {tuple(self.initial.shape)}, transition "
                 f"{tuple(self.transition.shape)}, emission {tuple(self.emission.shape)}; expected "
                 "[H], [H, H], [H, V]"

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..fsa.errors import TokenError, VocabularyError
+from ..fsa.errors import InvalidArgumentError, TokenError, VocabularyError
 from .model import HMM
 from .product import HMMAutomatonProduct, ProductState
 
@@ -55,7 +55,7 @@ def pgcd_proposal(lm_logprobs: torch.Tensor, hmm_logprobs: torch.Tensor, w: floa
     is ``−inf`` stay ``−inf`` for any ``w`` (the GCD mask).  A row where every entry is ``−inf``
     stays all ``−inf``."""
     if not 0.0 <= w <= 1.0:
-        raise ValueError(f"P-GCD weight w must be in [0, 1], got {w}")
+        raise InvalidArgumentError(f"P-GCD weight w must be in [0, 1], got {w}")
     lm = torch.log_softmax(lm_logprobs.double(), dim=-1)
     hm = hmm_logprobs.double()
     allowed = hm > _NEG_INF
@@ -83,7 +83,7 @@ class PGCD:
     def __init__(self, automaton: Any, hmm: HMM, max_new_tokens: int, w: float = 0.5, *,
                  dtype: torch.dtype | None = None):
         if not 0.0 <= w <= 1.0:
-            raise ValueError(f"P-GCD weight w must be in [0, 1], got {w}")
+            raise InvalidArgumentError(f"P-GCD weight w must be in [0, 1], got {w}")
         self.product = HMMAutomatonProduct(hmm, automaton, max_new_tokens, dtype=dtype)
         self.automaton = automaton
         self.hmm = self.product.hmm
@@ -159,7 +159,7 @@ class PGCD:
             return
         r = int(remaining) if not torch.is_tensor(remaining) else int(remaining.reshape(-1)[0])
         if r != self.max_new_tokens - state.t:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"P-GCD was built for a budget of {self.max_new_tokens} tokens; at step "
                 f"{state.t} it expects remaining={self.max_new_tokens - state.t}, got {r}")
 
@@ -272,7 +272,8 @@ class PGCDLogitsProcessor(_LogitsProcessorBase):
         P = self.prompt_length
         n = L - P
         if n < 0:
-            raise ValueError("a PGCDLogitsProcessor serves one generate() call (call reset())")
+            raise InvalidArgumentError(
+                "a PGCDLogitsProcessor serves one generate() call (call reset())")
         gen = input_ids[:, P:].tolist() if n else [[] for _ in range(B)]
         eos = set(self.pgcd.eos_token_ids)
         prev_keys = self._keys

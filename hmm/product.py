@@ -74,7 +74,12 @@ import numpy as np
 import torch
 
 from ..fsa.automaton import TokenAutomaton, unpack_bits
-from ..fsa.errors import TokenError, UnsatisfiableBudgetError, VocabularyMismatchError
+from ..fsa.errors import (
+    InvalidArgumentError,
+    TokenError,
+    UnsatisfiableBudgetError,
+    VocabularyMismatchError,
+)
 from .model import HMM
 
 __all__ = ["HMMAutomatonProduct", "ProductState", "token_classes"]
@@ -195,7 +200,8 @@ class HMMAutomatonProduct:
                  dtype: torch.dtype | None = None, chunk: int = 8192,
                  emission_path: str = "auto", max_label_path: int = 16):
         if emission_path not in ("auto", "labels", "classes"):
-            raise ValueError(f"emission_path must be auto, labels or classes: {emission_path!r}")
+            raise InvalidArgumentError(
+                f"emission_path must be auto, labels or classes: {emission_path!r}")
         self.emission_path = emission_path
         self.max_label_path = int(max_label_path)
         self._rows_cache: dict[int, torch.Tensor] = {}
@@ -353,7 +359,7 @@ class HMMAutomatonProduct:
         tok = tokens.to(dev).long().reshape(-1)
         Bn = state.batch_size
         if tok.shape[0] != Bn:
-            raise ValueError(f"advance: {tok.shape[0]} tokens for a batch of {Bn}")
+            raise InvalidArgumentError(f"advance: {tok.shape[0]} tokens for a batch of {Bn}")
         live = ~state.done
         V = self.hmm.vocab_size
         bad = live & ((tok < 0) | (tok >= V))

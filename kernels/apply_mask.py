@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from ..fsa.errors import InvalidArgumentError
 from ._triton import build, resolve_backend
 from .token_mask import unpack_mask
 
@@ -39,17 +40,18 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def _check(logits: torch.Tensor, mask: torch.Tensor, temperature, normalize):
     if normalize not in _NORMALIZE:
-        raise ValueError(f"normalize must be one of {_NORMALIZE}, got {normalize!r}")
+        raise InvalidArgumentError(f"normalize must be one of {_NORMALIZE}, got {normalize!r}")
     if logits.dim() != 2 or logits.dtype not in _DTYPES:
-        raise ValueError(f"logits must be a 2-D float32/bfloat16/float16 tensor, got "
-                         f"{logits.dtype} {tuple(logits.shape)}")
+        raise InvalidArgumentError(f"logits must be a 2-D float32/bfloat16/float16 tensor, got "
+                                   f"{logits.dtype} {tuple(logits.shape)}")
     B, V = logits.shape
     W = (V + 31) // 32
     if mask.shape != (B, W) or mask.dtype != torch.int32:
-        raise ValueError(f"mask must be int32 [{B}, {W}] for logits {tuple(logits.shape)}, got "
-                         f"{mask.dtype} {tuple(mask.shape)}")
+        raise InvalidArgumentError(
+            f"mask must be int32 [{B}, {W}] for logits {tuple(logits.shape)}, got "
+            f"{mask.dtype} {tuple(mask.shape)}")
     if temperature is not None and not float(temperature) > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+        raise InvalidArgumentError(f"temperature must be > 0, got {temperature}")
 
 
 # ---------------------------------------------------------------------------- torch reference
@@ -209,5 +211,5 @@ def apply_mask(
     if be == "torch":
         return apply_mask_ref(logits, mask, temperature=temperature, normalize=normalize)
     if logits.stride(1) != 1:
-        raise ValueError("apply_mask: logits must be contiguous along the vocabulary")
+        raise InvalidArgumentError("apply_mask: logits must be contiguous along the vocabulary")
     return _apply_mask_triton(logits, mask.contiguous(), temperature, normalize)

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..fsa.errors import InvalidArgumentError
 from ._triton import build, resolve_backend
 
 __all__ = [
@@ -180,9 +181,9 @@ class TokenClasses:
         V = int(vocab_size)
         L, W = labels.shape
         if W != (V + 31) // 32:
-            raise ValueError(f"TokenClasses: labels [L, {W}] do not match V = {V}")
+            raise InvalidArgumentError(f"TokenClasses: labels [L, {W}] do not match V = {V}")
         if chunk < 1:
-            raise ValueError(f"TokenClasses: chunk must be >= 1, got {chunk}")
+            raise InvalidArgumentError(f"TokenClasses: chunk must be >= 1, got {chunk}")
         dev = labels.device
         shifts = torch.arange(32, dtype=torch.int32, device=dev)
 
@@ -517,8 +518,8 @@ _ET_BLOCK_V = 128
 def _need_f32(op: str, *ts: torch.Tensor) -> None:
     for t in ts:
         if t.dtype != torch.float32:
-            raise ValueError(f"{op}: the Triton path computes in float32, got {t.dtype} "
-                             "(use backend='torch' for other dtypes)")
+            raise InvalidArgumentError(f"{op}: the Triton path computes in float32, got {t.dtype} "
+                                       "(use backend='torch' for other dtypes)")
 
 
 def _seg_sum_triton(u, ptr, idx, S, *, wbe=None, whe=None, rs=None):
@@ -551,7 +552,7 @@ def emission_marginal(
     H, V = B_h.shape
     L, W = labels.shape
     if W != (V + 31) // 32:
-        raise ValueError(f"emission_marginal: labels [L, {W}] do not match V = {V}")
+        raise InvalidArgumentError(f"emission_marginal: labels [L, {W}] do not match V = {V}")
     if be == "torch":
         Y = emission_marginal_ref(B_h, labels)
     else:
@@ -582,14 +583,14 @@ def emission_term(
     H, V = B_h.shape
     L, W = labels.shape
     if X.shape[-2] != H or X.shape[-1] != edge_label.shape[0] or X.dim() not in (2, 3):
-        raise ValueError(f"emission_term: X must be [B, {H}, {edge_label.shape[0]}] or "
-                         f"[{H}, {edge_label.shape[0]}], got {tuple(X.shape)}")
+        raise InvalidArgumentError(f"emission_term: X must be [B, {H}, {edge_label.shape[0]}] or "
+                                   f"[{H}, {edge_label.shape[0]}], got {tuple(X.shape)}")
     if W != (V + 31) // 32:
-        raise ValueError(f"emission_term: labels [L, {W}] do not match V = {V}")
+        raise InvalidArgumentError(f"emission_term: labels [L, {W}] do not match V = {V}")
     tc = classes if classes is not None else _classes_for(labels, V)
     if tc.vocab_size != V or tc.membership.shape[0] != L:
-        raise ValueError(f"emission_term: classes are for V = {tc.vocab_size}, "
-                         f"L = {tc.membership.shape[0]}; got V = {V}, L = {L}")
+        raise InvalidArgumentError(f"emission_term: classes are for V = {tc.vocab_size}, "
+                                   f"L = {tc.membership.shape[0]}; got V = {V}, L = {L}")
     squeeze = X.dim() == 2
     X3 = X[None] if squeeze else X
     Bn = X3.shape[0]
@@ -627,7 +628,8 @@ def hmm_forward_step(
     """
     be = resolve_backend(backend, alpha, A_h, B_h, labels, op="hmm_forward_step")
     if alpha.dim() != 3:
-        raise ValueError(f"hmm_forward_step: alpha must be [B, H, E], got {tuple(alpha.shape)}")
+        raise InvalidArgumentError(
+            f"hmm_forward_step: alpha must be [B, H, E], got {tuple(alpha.shape)}")
     if be == "torch":
         return _hmm_forward_step_torch(alpha, tokens, A_h, B_h, edge_src, edge_dst, edge_label,
                                        labels, num_states)
@@ -657,7 +659,7 @@ def hmm_backward_messages(
         for k = 1..n (memory: ``n · H · E`` floats).
     """
     if n < 1:
-        raise ValueError(f"hmm_backward_messages: n must be >= 1, got {n}")
+        raise InvalidArgumentError(f"hmm_backward_messages: n must be >= 1, got {n}")
     be = resolve_backend(backend, A_h, emission, final, op="hmm_backward_messages")
     if be == "torch":
         return hmm_backward_messages_ref(n, A_h, emission, edge_src, edge_dst, final,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import torch
 
+from ..fsa.errors import InvalidArgumentError
 from ._triton import build, resolve_backend
 from .token_mask import UNREACHABLE
 
@@ -232,8 +233,8 @@ def advance(
     """
     be = resolve_backend(backend, active, tokens, labels, op="advance")
     if active.dim() != 2 or tokens.reshape(-1).shape[0] != active.shape[0]:
-        raise ValueError(f"advance: active [B, S] and tokens [B] expected, got "
-                         f"{tuple(active.shape)} and {tuple(tokens.shape)}")
+        raise InvalidArgumentError(f"advance: active [B, S] and tokens [B] expected, got "
+                                   f"{tuple(active.shape)} and {tuple(tokens.shape)}")
     if be == "torch":
         return advance_ref(active, tokens, edge_src, edge_dst, edge_label, labels, vocab_size)
     adv, _, _ = build("reachability", _kernels)
@@ -258,7 +259,7 @@ def backward_reachability(
     """bool [n + 1, S]: row ``r`` = states that accept in exactly ``r`` tokens (eq. 4), or
     within ``r`` tokens with ``cumulative=True``.  Raises ``ValueError`` if ``n < 0``."""
     if n < 0:
-        raise ValueError(f"backward_reachability: n must be >= 0, got {n}")
+        raise InvalidArgumentError(f"backward_reachability: n must be >= 0, got {n}")
     be = resolve_backend(backend, final, labels, op="backward_reachability")
     if be == "torch":
         return backward_reachability_ref(edge_src, edge_dst, edge_label, labels, final, n,

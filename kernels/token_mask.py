@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..fsa.errors import TokenError
+from ..fsa.errors import InvalidArgumentError, TokenError
 from ._triton import build, resolve_backend
 
 __all__ = [
@@ -139,15 +139,15 @@ def prepare_mask(
     dev = labels.device
     W = (vocab_size + 31) // 32
     if labels.dim() != 2 or labels.shape[1] != W:
-        raise ValueError(f"labels must be int32 [L, {W}] for vocab_size {vocab_size}, "
-                         f"got {tuple(labels.shape)}")
+        raise InvalidArgumentError(f"labels must be int32 [L, {W}] for vocab_size {vocab_size}, "
+                                   f"got {tuple(labels.shape)}")
     E = int(edge_src.shape[0])
     for name, t in (("edge_dst", edge_dst), ("edge_label", edge_label)):
         if t.shape != (E,):
-            raise ValueError(f"{name} must have shape ({E},), got {tuple(t.shape)}")
+            raise InvalidArgumentError(f"{name} must have shape ({E},), got {tuple(t.shape)}")
     S = int(final.shape[0])
     if distance.shape != (S,):
-        raise ValueError(f"distance must have shape ({S},), got {tuple(distance.shape)}")
+        raise InvalidArgumentError(f"distance must have shape ({S},), got {tuple(distance.shape)}")
     eos = torch.zeros(W, dtype=torch.int64)
     for t in eos_token_ids:
         t = int(t)
@@ -158,7 +158,7 @@ def prepare_mask(
     eos_words = torch.where(eos >= 2**31, eos - 2**32, eos).to(torch.int32)
     src = edge_src.to(dev, torch.int64).contiguous()
     if E and not 0 <= int(src.min()) <= int(src.max()) < S:
-        raise ValueError(f"edge_src must lie in [0, {S})")
+        raise InvalidArgumentError(f"edge_src must lie in [0, {S})")
     # edges grouped by source state (the torch path walks only the active states' edges)
     src_order = torch.argsort(src, stable=True)
     src_ptr = torch.zeros(S + 1, dtype=torch.int64, device=dev)
@@ -235,9 +235,10 @@ def _tail_mask(V: int, W: int, device) -> torch.Tensor:
 
 def _inputs(active: torch.Tensor, remaining, tables: MaskTables, mode: str):
     if mode not in _MODES:
-        raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+        raise InvalidArgumentError(f"mode must be one of {_MODES}, got {mode!r}")
     if active.dim() != 2 or active.shape[1] != tables.num_states:
-        raise ValueError(f"active must be [B, {tables.num_states}], got {tuple(active.shape)}")
+        raise InvalidArgumentError(
+            f"active must be [B, {tables.num_states}], got {tuple(active.shape)}")
     B = active.shape[0]
     dev = active.device
     if remaining is None:
@@ -247,7 +248,8 @@ def _inputs(active: torch.Tensor, remaining, tables: MaskTables, mode: str):
     else:
         rem = remaining.to(dev, torch.int64).reshape(-1)
         if rem.shape[0] != B:
-            raise ValueError(f"remaining must have shape ({B},), got {tuple(remaining.shape)}")
+            raise InvalidArgumentError(
+                f"remaining must have shape ({B},), got {tuple(remaining.shape)}")
     act = active.to(torch.uint8) if active.dtype != torch.uint8 else active
     return act.contiguous(), rem.contiguous()
 

@@ -61,3 +61,24 @@ def test_valid_documents_pass_the_check():
                                                      "maximum": 1e300}},
               "examples": [{"x": 0.5}, None, True], "enum": [{"x": 1}, {"x": -1.5}]}
     assert json_schema_to_nfa(json.dumps(schema)).num_states > 0
+
+
+def test_api_misuse_is_a_tractable_error(gpt2_vocab):
+    """Issue 23: misuse (a mode, a batch size, a shape) is an InvalidArgumentError — a
+    TractableError and still the ValueError callers catch."""
+    import torch
+    from tractable.fsa.errors import InvalidArgumentError
+
+    A = compile_regex("[ab]+", gpt2_vocab)
+    st = A.start(2)
+    cases = [
+        lambda: A.allowed(st, 3, mode="xyz"),
+        lambda: A.start(-1),
+        lambda: A.advance(st, torch.tensor([1, 2, 3])),
+        lambda: st.select(torch.zeros((1, 1), dtype=torch.long)),
+        lambda: compile_json_schema({"type": "boolean"}, gpt2_vocab, whitespace="tabs"),
+    ]
+    for call in cases:
+        with pytest.raises(InvalidArgumentError) as e:
+            call()
+        assert isinstance(e.value, TractableError) and isinstance(e.value, ValueError)

@@ -10,7 +10,7 @@ import warnings
 from typing import Any
 
 from .. import nfa as N
-from ..errors import InvalidSchemaError, UnsupportedSchemaError
+from ..errors import InvalidArgumentError, InvalidSchemaError, UnsupportedSchemaError
 from ..json_refs import RefResolver
 from ..nfa import ByteNFA
 from ..nfa_subsets import merge_parallel
@@ -131,13 +131,15 @@ class JsonSchemaCompiler(
         if whitespace is None:
             whitespace = "compact" if canonical else "any"
         if whitespace not in _WHITESPACE:
-            raise ValueError(f"whitespace must be one of {_WHITESPACE}, not {whitespace!r}")
+            raise InvalidArgumentError(
+                f"whitespace must be one of {_WHITESPACE}, not {whitespace!r}")
         if property_order not in ("schema", "any"):
-            raise ValueError(f"property_order must be 'schema' or 'any', not {property_order!r}")
+            raise InvalidArgumentError(
+                f"property_order must be 'schema' or 'any', not {property_order!r}")
         if max_recursion_depth < 0 or max_whitespace < 0:
-            raise ValueError("max_recursion_depth and max_whitespace must be >= 0")
+            raise InvalidArgumentError("max_recursion_depth and max_whitespace must be >= 0")
         if free_value_depth is not None and free_value_depth < 0:
-            raise ValueError("free_value_depth must be >= 0")
+            raise InvalidArgumentError("free_value_depth must be >= 0")
         schema = _schema_of(schema)
         if isinstance(schema, str):
             try:
@@ -166,7 +168,7 @@ class JsonSchemaCompiler(
         self.truncated: set[str] = set()
         self.canonical = canonical
         if max_exponent is not None and max_exponent < 0:
-            raise ValueError("max_exponent must be >= 0")
+            raise InvalidArgumentError("max_exponent must be >= 0")
         self.max_exponent = max_exponent
         flexible = whitespace == "flexible" and max_whitespace > 0
         if whitespace == "any":

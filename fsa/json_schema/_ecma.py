@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from ..errors import InvalidArgumentError
+
 _ECMA_SPACE = ("\\t\\n\\x0b\\x0c\\r \\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f"
                "\\u3000\\ufeff")
 
@@ -60,7 +62,7 @@ def _ecma_to_python(pattern: str) -> str:
                 out.append("^")
                 i += 1
             if pattern[i + 1:i + 2] == "]":  # ECMA "[]" is an empty class; Python: a literal "]"
-                raise ValueError("empty character class")
+                raise InvalidArgumentError("empty character class")
         elif c == "$":
             out.append(r"\Z")
         elif c == ".":

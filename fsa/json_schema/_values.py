@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from .. import nfa as N
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..json_formats import canonical_number, to_decimal
 from ..nfa import ByteNFA
 from ._automata import _is_empty, _not_literals
@@ -67,7 +68,7 @@ def _kind(v: Any) -> str:
         return "integer"
     if isinstance(v, float):
         if not math.isfinite(v):
-            raise ValueError(f"{v!r} is not a JSON value")
+            raise InvalidArgumentError(f"{v!r} is not a JSON value")
         return "integer" if v == int(v) else "fraction"
     if isinstance(v, str):
         return "string"
@@ -75,7 +76,7 @@ def _kind(v: Any) -> str:
         return "array"
     if isinstance(v, dict):
         return "object"
-    raise TypeError(f"not a JSON value: {v!r}")
+    raise InvalidArgumentTypeError(f"not a JSON value: {v!r}")
 
 
 def _dumps(v: Any, order_like: Any = None) -> str:
@@ -96,7 +97,7 @@ def _dumps(v: Any, order_like: Any = None) -> str:
         return canonical_number(v)
     if isinstance(v, str):
         return _json_str(v)
-    raise TypeError(f"not a JSON value: {v!r}")
+    raise InvalidArgumentTypeError(f"not a JSON value: {v!r}")
 
 
 def _scalars(v: Any):
