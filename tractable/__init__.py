@@ -33,6 +33,8 @@ _EXPORTS: dict[str, str] = {
     "generate_json": "tractable.decode.generate",
     # errors
     "TractableError": "tractable.fsa.errors",
+    "InvalidArgumentError": "tractable.fsa.errors",
+    "InvalidArgumentTypeError": "tractable.fsa.errors",
     "InvalidRegexError": "tractable.fsa.errors",
     "UnsupportedRegexError": "tractable.fsa.errors",
     "VocabularyError": "tractable.fsa.errors",
