@@ -87,13 +87,9 @@ _NUM = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 
 def canon_number(raw: str) -> str:
     """Canonical spelling of a JSON number literal (no exponent, no trailing zeros, -0 -> 0)."""
-    d = Decimal(raw)
-    if d == 0:
-        return "0"
-    s = format(d, "f")
-    if "." in s:
-        s = s.rstrip("0").rstrip(".")
-    return s
+    from tractable.fsa.json_formats import canonical_number
+
+    return canonical_number(Decimal(raw))
 
 
 def _outside_strings(text: str) -> str:

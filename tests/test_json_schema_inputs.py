@@ -9,6 +9,7 @@ import warnings
 
 import jsonschema
 import pytest
+from test_json_schema import _nfa
 from tractable.fsa import nfa as N
 from tractable.fsa.errors import UnsupportedSchemaError
 from tractable.fsa.json_schema import (
@@ -16,12 +17,6 @@ from tractable.fsa.json_schema import (
     json_schema_to_nfa,
     serialize_instance,
 )
-
-
-def _nfa(schema, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return N.finalize(json_schema_to_nfa(schema, **kw))
 
 # --------------------------------------------------------------------------- $ref across documents
 
