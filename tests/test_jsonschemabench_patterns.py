@@ -16,9 +16,9 @@ For each pattern (full-match semantics, ``re.fullmatch``):
   random segmentations: ``accepts == re.fullmatch``; on every token prefix of the canonical
   tokenization and of one random segmentation: ``viable == regex partial matching``.
 
-The default run takes a deterministic subset; ``-m slow`` (or ``python
-tests/test_jsonschemabench_patterns.py``) runs them all and writes
-``bench/results/regex_jsonschemabench_patterns.{md,json}``.
+The default run takes a deterministic subset; ``-m slow`` runs them all (its report goes to a
+temporary directory: tests write nothing else); ``python tests/test_jsonschemabench_patterns.py``
+runs them all and writes ``bench/results/regex_jsonschemabench_patterns.{md,json}``.
 """
 
 from __future__ import annotations
@@ -248,16 +248,19 @@ def _summary(counts: Counter) -> str:
     return "\n".join(lines)
 
 
-def write_report(counts, mismatches, times, rows, elapsed, vocab_name="llama3"):
+def write_report(counts, mismatches, times, rows, elapsed, vocab_name="llama3",
+                 results: Path = RESULTS):
+    """Write ``results``.{md,json} (default: the tracked ``bench/results`` files)."""
     import numpy as np
 
     import tractable
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    out = results
+    out.parent.mkdir(parents=True, exist_ok=True)
     t = np.array(sorted(times.values()))
     raw = {"counts": dict(counts), "mismatches": mismatches, "seconds_per_pattern": times,
            "elapsed_seconds": elapsed, "vocab": vocab_name}
-    RESULTS.with_suffix(".json").write_text(json.dumps(raw, indent=1, ensure_ascii=False))
+    out.with_suffix(".json").write_text(json.dumps(raw, indent=1, ensure_ascii=False))
 
     def c(kind, what):
         return counts.get(f"{kind}:{what}", 0)
@@ -309,7 +312,7 @@ def write_report(counts, mismatches, times, rows, elapsed, vocab_name="llama3"):
         "regex literal whose slashes make `^` unsatisfiable under full match); "
         "`EmptyLanguageError` is raised and no instance string may match.",
     ]
-    RESULTS.with_suffix(".md").write_text("\n".join(md) + "\n")
+    out.with_suffix(".md").write_text("\n".join(md) + "\n")
 
 
 def test_pattern_data_is_committed():
@@ -327,11 +330,13 @@ def test_jsonschemabench_patterns_subset(llama3_vocab, llama3_tokenizer):
 
 
 @pytest.mark.slow
-def test_jsonschemabench_patterns_all(llama3_vocab, llama3_tokenizer):
+def test_jsonschemabench_patterns_all(llama3_vocab, llama3_tokenizer, tmp_path):
     rows = load_patterns()
     t0 = time.perf_counter()
     counts, mismatches, times = run(rows, llama3_vocab, llama3_tokenizer, progress=True)
-    write_report(counts, mismatches, times, rows, time.perf_counter() - t0)
+    report = tmp_path / "regex_jsonschemabench_patterns"
+    write_report(counts, mismatches, times, rows, time.perf_counter() - t0, results=report)
+    assert report.with_suffix(".md").stat().st_size > 0
     print("\n" + _summary(counts) + f"\nmismatches={len(mismatches)}")
     assert not mismatches, mismatches[:5]
 
