@@ -34,6 +34,10 @@ MAX_WITNESSES = 2
 MAX_COMPLEMENT_STATES = 4000
 #: Largest byte NFA (states, before finalization) the compiler builds before refusing.
 MAX_STATES = 2_000_000
+#: Most values one ``enum`` may list (checked before any work; larger ones are
+#: UnsupportedSchemaError, or dropped with ``lenient=True``).  Measured (byte NFA, one process):
+#: 1,000 string values 0.17 s, 5,000 2.8 s, 20,000 41 s.
+MAX_ENUM_VALUES = 5_000
 
 _ALL_TYPES = frozenset({"null", "boolean", "integer", "fraction", "string", "array", "object"})
 _TYPE_MAP = {

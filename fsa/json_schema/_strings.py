@@ -328,6 +328,12 @@ class _StringsMixin(_CompilerBase):
             if hi is not None and hi * _CHAR.num_states > MAX_STATES:
                 self._unsupported("maxLength", flat[0][1], f"maxLength {hi} is too large")
                 hi = None
+            if lo * _CHAR.num_states > MAX_STATES:
+                # checked before the work, as maxLength is (minLength 1e6 ran out of 4 GiB)
+                self._unsupported("minLength", flat[0][1],
+                                  f"minLength {lo} is too large (~{lo * _CHAR.num_states:,} "
+                                  f"states; limit {MAX_STATES:,})")
+                lo = 0
             lkey = ("length", lo, hi)
             length = _cached(lkey)
             if length is None:
