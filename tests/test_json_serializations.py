@@ -25,23 +25,9 @@ _SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": 
 
 
 def _spell_str(s: str, rng: random.Random) -> str:
-    """A random JSON spelling of ``s`` (raw where allowed, short escapes, \\u in either case,
-    surrogate pairs)."""
-    out = ['"']
-    for ch in s:
-        c = ord(ch)
-        opts = []
-        if c >= 0x20 and ch not in '"\\':
-            opts.append(ch)
-        if ch in _SHORT:
-            opts.append(_SHORT[ch])
-        if c < 0x10000:
-            opts.append("\\u" + "".join(rng.choice([x.lower(), x.upper()]) for x in f"{c:04x}"))
-        else:
-            v = c - 0x10000
-            opts.append(f"\\u{0xD800 + (v >> 10):04X}\\u{0xDC00 + (v & 0x3FF):04x}")
-        out.append(rng.choice(opts))
-    return "".join(out) + '"'
+    """A random JSON spelling of ``s``: per character one of :func:`_every_spelling` (raw where
+    allowed, short escapes, \\u in either case, surrogate pairs)."""
+    return '"' + "".join(rng.choice(_every_spelling(ch)) for ch in s) + '"'
 
 
 def _spell_num(x, rng: random.Random) -> str:
