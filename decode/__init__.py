@@ -4,7 +4,9 @@
 * :mod:`.constraints` — TokenAutomaton / predicate / regex constraints behind one interface;
 * :mod:`.samplers` — token-level rejection sampling, WRS, AWRS (+ Gumbel-batched and clipped);
 * :mod:`.smc` — SMC with LM / LCD / GCD / AWRS / P-GCD proposals (:func:`smc`);
-* :mod:`.cars` — CARS and its special cases ARS, RSFT, RS (exact samples of P(· | L)).
+* :mod:`.cars` — CARS and its special cases ARS, RSFT, RS (exact samples of P(· | L));
+* :mod:`.program` — programmable SMC (paper 004, LLaMPPL-style): a :class:`Model` with an async
+  ``step()`` calling ``sample`` / ``observe`` / ``condition`` / ``twist``, run by :func:`run_smc`.
 """
 
 from .cars import CARS
@@ -16,6 +18,22 @@ from .constraints import (
     as_constraint,
 )
 from .lm import HFCausalLM, LanguageModel, LMState, RestrictedLM, TableLM
+from .program import (
+    AWRSProposal,
+    Categorical,
+    ConstraintTracker,
+    Context,
+    MaskedProposal,
+    Model,
+    NextToken,
+    PGCDProposal,
+    PotentialTracker,
+    ProgramResult,
+    TokenProposal,
+    gcd_proposal,
+    lcd_proposal,
+    run_smc,
+)
 from .samplers import TokenDraw, awrs, awrs_batched, awrs_clipped, rejection_sample, wrs
 from .smc import SMC, Potential, SMCResult, resample_indices, smc
 
@@ -42,4 +60,18 @@ __all__ = [
     "SMCResult",
     "resample_indices",
     "smc",
+    "Model",
+    "Context",
+    "NextToken",
+    "Categorical",
+    "ConstraintTracker",
+    "PotentialTracker",
+    "TokenProposal",
+    "MaskedProposal",
+    "lcd_proposal",
+    "gcd_proposal",
+    "AWRSProposal",
+    "PGCDProposal",
+    "ProgramResult",
+    "run_smc",
 ]
