@@ -107,3 +107,50 @@ def test_smollm2_pydantic_generate_json():
     finally:
         torch.set_num_threads(threads)
     assert len(cities) == 3 and all(isinstance(c, City) for c in cities)
+
+
+def test_jump_forward_valid_forced_and_fewer_model_calls(tiny, hf_tok):
+    """jump_forward=True: every output accepted at a tight budget, forced tokens appended
+    without a model call each (calls + forced = tokens), the approximation warned once."""
+    import tractable.decode.generate as G
+
+    vocab = model_vocabulary(tiny, hf_tok)
+    schema = {"type": "object", "properties": {"name": {"const": "get_weather"},
+                                               "arguments": {"enum": [1, 22]}},
+              "required": ["name", "arguments"], "additionalProperties": False}
+    A = tractable.compile_json_schema(schema, vocab)
+    m = A.min_tokens_to_accept()
+    G._WARNED_JUMP_FORWARD = False
+    torch.manual_seed(3)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        res = generate(tiny, hf_tok, ["Call:", "Weather?"], A, max_new_tokens=m + 1,
+                       vocab=vocab, jump_forward=True, do_sample=True, num_return_sequences=2)
+        generate(tiny, hf_tok, ["x"], A, max_new_tokens=m + 1, vocab=vocab, jump_forward=True)
+    assert sum("jump_forward" in str(x.message) for x in w) == 1
+    assert len(res.texts) == 4 and all(res.accepted)
+    for text, ids, f, c in zip(res.texts, res.token_ids, res.forced_tokens, res.model_calls):
+        assert text.startswith('{"name":"get_weather","arguments":')
+        assert f > 5 and c + f == len(ids), (text, f, c, len(ids))
+    plain = generate(tiny, hf_tok, ["Call:"], A, max_new_tokens=m + 1, vocab=vocab)
+    assert plain.forced_tokens is None and all(plain.accepted)
+    with pytest.raises(tractable.InvalidArgumentError, match="jump_forward"):
+        generate(tiny, hf_tok, ["x"], A, max_new_tokens=m + 1, vocab=vocab, jump_forward=True,
+                 top_p=0.9)
+
+
+def test_structural_tag_dict_through_generate(tiny, hf_tok):
+    vocab = model_vocabulary(tiny, hf_tok)
+    spec = {"type": "structural_tag", "format": {
+        "type": "triggered_tags", "triggers": ["<f"], "at_least_one": True,
+        "stop_after_first": True,
+        "tags": [{"begin": "<f=a>", "end": "</f>",
+                  "content": {"type": "json_schema", "json_schema": {"enum": [1, 2]}}}]}}
+    from tractable.fsa.structural_tag import compile_structural_tag
+
+    m = compile_structural_tag(spec, vocab).min_tokens_to_accept()
+    torch.manual_seed(0)
+    res = generate(tiny, hf_tok, ["a", "b"], spec, max_new_tokens=m, vocab=vocab,
+                   do_sample=True)
+    assert all(res.accepted) and res.values is None
+    assert all(re.fullmatch(r"<f=a>[12]</f>", t) for t in res.texts), res.texts

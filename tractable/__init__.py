@@ -24,11 +24,17 @@ _EXPORTS: dict[str, str] = {
     "compile_regex": "tractable.fsa.regex",
     "compile_json_schema": "tractable.fsa.json_schema",
     "compile_grammar": "tractable.fsa.grammar",
+    "compile_structural_tag": "tractable.fsa.structural_tag",
+    "compile_reasoning_then_schema": "tractable.fsa.structural_tag",
+    "special_tokens_of": "tractable.fsa.structural_tag",
+    "JumpForward": "tractable.fsa.jump_forward",
+    "verify_draft": "tractable.fsa.speculative",
     # decoding
     "gcd_logits_processor": "tractable.decode.processor",
     "pgcd_logits_processor": "tractable.hmm.pgcd",
     "HMM": "tractable.hmm.model",
     "smc": "tractable.decode.smc",
+    "run_smc": "tractable.decode.program",
     "generate": "tractable.decode.generate",
     "generate_json": "tractable.decode.generate",
     # errors
