@@ -6,7 +6,8 @@
 * :mod:`.smc` — SMC with LM / LCD / GCD / AWRS / P-GCD proposals (:func:`smc`);
 * :mod:`.cars` — CARS and its special cases ARS, RSFT, RS (exact samples of P(· | L));
 * :mod:`.program` — programmable SMC (paper 004, LLaMPPL-style): a :class:`Model` with an async
-  ``step()`` calling ``sample`` / ``observe`` / ``condition`` / ``twist``, run by :func:`run_smc`.
+  ``step()`` calling ``sample`` / ``observe`` / ``condition`` / ``twist``, run by :func:`run_smc`;
+* :mod:`.program_proposals` — token proposals for programs (LCD/GCD masks, AWRS, P-GCD, products).
 """
 
 from .cars import CARS
@@ -19,20 +20,23 @@ from .constraints import (
 )
 from .lm import HFCausalLM, LanguageModel, LMState, RestrictedLM, TableLM
 from .program import (
-    AWRSProposal,
     Categorical,
     ConstraintTracker,
     Context,
-    MaskedProposal,
     Model,
     NextToken,
-    PGCDProposal,
     PotentialTracker,
     ProgramResult,
+    run_smc,
+)
+from .program_proposals import (
+    AWRSProposal,
+    MaskedProposal,
+    PGCDProposal,
+    ProductProposal,
     TokenProposal,
     gcd_proposal,
     lcd_proposal,
-    run_smc,
 )
 from .samplers import TokenDraw, awrs, awrs_batched, awrs_clipped, rejection_sample, wrs
 from .smc import SMC, Potential, SMCResult, resample_indices, smc
@@ -72,6 +76,7 @@ __all__ = [
     "gcd_proposal",
     "AWRSProposal",
     "PGCDProposal",
+    "ProductProposal",
     "ProgramResult",
     "run_smc",
 ]

@@ -1,4 +1,4 @@
-"""Programmable SMC in the style of LLaMPPL (paper 004 §2.3; Alg. 1 with K = 1).
+"""Programmable SMC in the style of LLaMPPL (paper 004 §2.3 and Alg. 1).
 
 A task is a :class:`Model` subclass whose ``async def step(self)`` advances one particle with
 ``tok = await self.sample(dist, proposal=None)`` (weight × dist(v) / proposal(v), properly
@@ -28,8 +28,9 @@ program may abandon a context (a mixture over LMs), not pause one.
 
 **Constraints and P-GCD.**  ``c = ctx.constrain(automaton, budget=N)`` and
 ``pot = ctx.track(potential)`` (a :class:`~.smc.Potential`, e.g. ``tractable.hmm.pgcd.PGCD``)
-follow a context, batched.  Proposals: :func:`lcd_proposal`, :func:`gcd_proposal` (weight Z of
-the mask), :class:`AWRSProposal` (weight Ẑ), :class:`PGCDProposal` (weight p/q); twists:
+follow a context, batched.  Proposals (:mod:`.program_proposals`): ``lcd_proposal``,
+``gcd_proposal`` (weight Z of the mask), ``AWRSProposal`` (weight Ẑ), ``PGCDProposal`` and
+``ProductProposal`` (weight p/q); a new one subclasses ``TokenProposal``; twists:
 ``condition(c.check(tok))`` (the seed's G_t = 1_C), ``twist(c.log_potential())``,
 ``set_twist(pot.log_value())`` (the P-GCD look-ahead).
 """
@@ -50,13 +51,12 @@ import torch
 from ..fsa.errors import InvalidArgumentError, InvalidArgumentTypeError
 from .constraints import as_constraint
 from .lm import LanguageModel
-from .samplers import awrs_batched
-from .smc import _categorical, _logmeanexp, _normalize, resample_indices
+from .program_proposals import TokenProposal
+from .smc import categorical_draw, log_mean_exp, normalize_log_weights, resample_indices
 
 __all__ = [
     "Model", "Context", "NextToken", "Categorical", "ConstraintTracker", "PotentialTracker",
-    "TokenProposal", "MaskedProposal", "lcd_proposal", "gcd_proposal", "AWRSProposal",
-    "PGCDProposal", "ProgramResult", "run_smc",
+    "ProgramResult", "run_smc", "without_replacement_indices",
 ]
 
 _NEG_INF = -math.inf
@@ -232,115 +232,7 @@ class Categorical:
         return float(np.logaddexp.reduce(lp)) if lp else _NEG_INF
 
     def draw(self, g: np.random.Generator) -> Any:
-        return self.values[int(_categorical(torch.from_numpy(self.lp[None, :]), g)[0])]
-
-
-class TokenProposal:
-    """A properly weighted proposal for :class:`NextToken` (paper 000 App. B).  ``draw``
-    returns for k particles at once tokens x and log weights with E[w f(x)] = Σ_v p(v) f(v)
-    over the tokens the target allows; ``key()`` groups the particles drawn together."""
-
-    def key(self) -> tuple:
-        raise NotImplementedError
-
-    def draw(self, runner: _Runner, rows: np.ndarray, lp: torch.Tensor,
-             g: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """``rows``: particle indices int64 [k]; ``lp``: float64 [k, V] log p of the target.
-        Returns tokens int64 [k] (-1: no token possible) and log weights float64 [k]."""
-        raise NotImplementedError
-
-    @staticmethod
-    def _mask(runner: _Runner, tracker: ConstraintTracker, rows, mode: str = "gcd"):
-        s = runner.slots[tracker._slot]
-        return s.obj.allowed(s.state.select(torch.from_numpy(rows)),
-                             runner.remaining_rows(s, rows), mode)
-
-
-class MaskedProposal(TokenProposal):
-    """x ~ p · mask / Z with the ``"lcd"`` or ``"gcd"`` (budget-aware) mask of a
-    :class:`ConstraintTracker`; log weight log Z (seed §2.2: M'_t, G'_t = Σ_w p(w) 1_C(s w))."""
-
-    def __init__(self, tracker: ConstraintTracker, mode: str = "gcd") -> None:
-        if mode not in ("lcd", "gcd"):
-            raise _err(f"mode must be 'lcd' or 'gcd': {mode!r}")
-        if not isinstance(tracker, ConstraintTracker):
-            raise InvalidArgumentTypeError(
-                f"MaskedProposal needs a ConstraintTracker, got {type(tracker).__name__}")
-        self.tracker, self.mode = tracker, mode
-
-    def key(self) -> tuple:
-        return ("mask", self.tracker._slot, self.mode)
-
-    def draw(self, runner, rows, lp, g):
-        lq = lp.masked_fill(~self._mask(runner, self.tracker, rows, self.mode), _NEG_INF)
-        return _categorical(lq, g), torch.logsumexp(lq, dim=-1).numpy()
-
-
-def lcd_proposal(tracker: ConstraintTracker) -> MaskedProposal:
-    """Greedy masking (the mask ignores the budget)."""
-    return MaskedProposal(tracker, "lcd")
-
-
-def gcd_proposal(tracker: ConstraintTracker) -> MaskedProposal:
-    """Budget-aware masking (GCD, paper 002 eqs. 3-4)."""
-    return MaskedProposal(tracker, "gcd")
-
-
-class AWRSProposal(TokenProposal):
-    """Adaptive weighted rejection sampling (paper 000 Def. 2, batched as App. H.1) with the
-    tracker's black-box ``check`` (GCD budget); log weight log Ẑ."""
-
-    def __init__(self, tracker: ConstraintTracker, chunk: int = 8) -> None:
-        self.tracker, self.chunk = tracker, int(chunk)
-
-    def key(self) -> tuple:
-        return ("awrs", self.tracker._slot, self.chunk)
-
-    def draw(self, runner, rows, lp, g):
-        s = runner.slots[self.tracker._slot]
-        sub, rem = torch.from_numpy(rows), runner.remaining_rows(s, rows)
-
-        def check_many(rr, tt):
-            return s.obj.check(s.state, sub[rr], tt, rem[rr.numpy()], "gcd")
-
-        tok, log_z, checks, _ = awrs_batched(lp, check_many, chunk=self.chunk, rng=g)
-        runner.awrs_checks.extend(checks.tolist())
-        return tok.numpy(), log_z.numpy()
-
-
-class PGCDProposal(TokenProposal):
-    """P-GCD (paper 002 §4.3): q ∝ p_lm^w · p_hmm(· | x, C)^(1-w) over the GCD mask (a
-    ``PGCD``'s ``proposal_logprobs``; for another potential, q ∝ p_lm · φ(x v)^(1-w) from its
-    ``log_next``); log weight log p(x) - log q(x)."""
-
-    def __init__(self, tracker: ConstraintTracker, potential: PotentialTracker,
-                 w: float | None = None) -> None:
-        self.tracker, self.potential, self.w = tracker, potential, w
-
-    def key(self) -> tuple:
-        return ("pgcd", self.tracker._slot, self.potential._slot, self.w)
-
-    def draw(self, runner, rows, lp, g):
-        ps = runner.slots[self.potential._slot]
-        pst = ps.obj.select(ps.state, torch.from_numpy(rows))
-        if hasattr(ps.obj, "proposal_logprobs"):
-            lq = ps.obj.proposal_logprobs(lp, pst, self.w).double()
-        elif (ln := ps.obj.log_next(pst, None)) is not None:
-            lq = lp + (1.0 - (self.w or 0.0)) * ln.double()
-        else:
-            raise _err("the potential gives neither proposal_logprobs nor log_next: "
-                       "cannot build a P-GCD proposal")
-        return _importance_draw(lp, lq, self._mask(runner, self.tracker, rows), g)
-
-
-def _importance_draw(lp, lq, mask, g):
-    """x ~ normalize(exp(lq) · mask); log weight lp(x) - log q(x) (-inf, token -1 if empty)."""
-    lq = lq.masked_fill(~mask, _NEG_INF)
-    lq = lq - torch.logsumexp(lq, dim=-1, keepdim=True)
-    tok = _categorical(lq, g)
-    ti = torch.from_numpy(tok).clamp(min=0).view(-1, 1)
-    inc = (lp.gather(1, ti) - lq.gather(1, ti)).view(-1).numpy()
-    return tok, np.where(tok < 0, _NEG_INF, inc)
+        return self.values[int(categorical_draw(torch.from_numpy(self.lp[None, :]), g)[0])]
 
 
 class _SampleRequest:
@@ -598,8 +490,9 @@ class _Runner:
         self.pending = {}
 
     def select(self, idx: np.ndarray) -> None:
-        """Reorder every slot to rows ``idx`` (resampling)."""
+        """Reorder every slot to rows ``idx`` (resampling; its length is the new M)."""
         ti = torch.from_numpy(idx)
+        self.M = len(idx)
         for s in self.slots:
             if s.kind == "context":
                 s.tokens = [s.tokens[int(j)] for j in idx]
@@ -660,7 +553,7 @@ def _draw_group(k, items, runner: _Runner, g, send: dict) -> None:
         return
     lp = runner.logprobs(k[1])[torch.from_numpy(rows)].double()
     if req0.proposal is None:
-        tok, inc = _categorical(lp, g), np.zeros(rows.size)
+        tok, inc = categorical_draw(lp, g), np.zeros(rows.size)
     else:
         tok, inc = req0.proposal.draw(runner, rows, lp, g)
     eos = runner.slots[k[1]].obj.eos
@@ -677,7 +570,8 @@ class ProgramResult:
     """Output of :func:`run_smc`: the M final ``particles``; ``log_weights`` float64 [M] and
     normalized ``weights`` (zeros if all died); ``log_Z`` = log mean weight (-inf if all died);
     ``sample``: index drawn from the ensemble (-1 if none); ``stats``: seconds, steps,
-    lm_calls, resampling_steps, ess, unfinished, awrs_checks_per_token (AWRS)."""
+    lm_calls, resampling_steps, ess (ESS before each check; none with without_replacement),
+    unfinished, awrs_checks_per_token (AWRS)."""
 
     particles: list[Model]
     log_weights: torch.Tensor
@@ -713,23 +607,85 @@ def _shared_memo(template: Model, runner: _Runner) -> dict:
     return {id(v): v for v in shared if v is not None}
 
 
+_RESAMPLING = ("multinomial", "stratified", "systematic", "without_replacement")
+
+
+def _reorder(particles: list[Model], runner: _Runner, memo: dict, idx: np.ndarray
+             ) -> list[Model]:
+    """The particles ``idx`` (int64, repeats allowed; the runner's rows follow): the first copy
+    of an ancestor is the ancestor, the others clones; ``_index`` renumbered."""
+    runner.select(idx)
+    seen: set[int] = set()
+    new = []
+    for j in idx.tolist():
+        new.append(particles[j].clone(memo) if j in seen else particles[j])
+        seen.add(j)
+    for i, p in enumerate(new):
+        p._index = i
+    return new
+
+
+def without_replacement_indices(logw: np.ndarray, n: int, g: np.random.Generator
+                                ) -> tuple[np.ndarray, np.ndarray]:
+    """Down-sample N' = len(``logw``) weighted particles to ``n``, none kept twice (paper 004
+    Alg. 1 lines 18-30; Fearnhead & Clifford 2003 with the paper's weights).
+
+    ŵ = w / W (W = Σ w); c* solves Σ min(1, c ŵ) = n.  Particles with c* ŵ ≥ 1 are kept with
+    weight w · n/N'; the others by systematic sampling with probability c* ŵ < 1 and weight
+    (W / c*) · n/N', so E[Σ kept weights] = (n/N') Σ w (Ẑ = mean weight stays unbiased).  If
+    at most ``n`` weights are positive all of them are kept, and zero-weight particles fill
+    the rest.  ``logw``: float [N'] (N' ≥ n ≥ 1); returns increasing indices int64 [n] and
+    their log weights float64 [n]; ``g`` gives one uniform when it samples."""
+    logw = np.asarray(logw, dtype=np.float64)
+    scale = math.log(n / logw.size)
+    pos = np.flatnonzero(np.isfinite(logw))
+    if pos.size <= n:
+        idx = np.sort(np.concatenate([pos, np.flatnonzero(~np.isfinite(logw))[:n - pos.size]]))
+        return idx.astype(np.int64), logw[idx] + scale
+    w = normalize_log_weights(logw)
+    order = np.argsort(-w, kind="stable")
+    tail = np.cumsum(w[order][::-1])[::-1]  # tail[k] = Σ_{j ≥ k} ŵ_(j)
+    ok = (n - np.arange(n)) * w[order][:n] < tail[:n]  # c_k ŵ_(k) < 1, c_k = (n - k) / tail_k
+    ok[-1] = True  # holds exactly: more than n weights are positive
+    k = int(np.argmax(ok))  # |I_det|: the first k that passes (c_k grows until then)
+    stoch = np.sort(order[k:])
+    alpha = tail[k] / (n - k)  # = 1 / c*
+    c = np.cumsum(w[stoch])
+    u = alpha * (g.random() + np.arange(n - k))
+    pick = stoch[np.minimum(np.searchsorted(c, u, side="right"), stoch.size - 1)]
+    idx = np.concatenate([order[:k], pick])
+    new = np.concatenate([logw[order[:k]], np.full(n - k, log_mean_exp(logw)
+                                                   + math.log(logw.size * alpha))]) + scale
+    o = np.argsort(idx, kind="stable")
+    return idx[o].astype(np.int64), new[o]
+
+
 def run_smc(model: Model, n_particles: int, *, ess_threshold: float = 0.5,
-            resampling: str = "multinomial", seed=None, max_steps: int | None = None,
-            progress: Callable[[int], None] | None = None) -> ProgramResult:
-    """SMC over ``n_particles`` copies of ``model`` (paper 004 Alg. 1 with K = 1; the rules
-    of :class:`~.smc.SMC`).
+            resampling: str = "multinomial", expansion: int | None = None, seed=None,
+            max_steps: int | None = None, progress: Callable[[int], None] | None = None
+            ) -> ProgramResult:
+    """SMC over ``n_particles`` copies of ``model`` (paper 004 Alg. 1; the rules of
+    :class:`~.smc.SMC`).
 
     Each step runs ``step()`` of the live particles (batched), advances the extended contexts
     (one forward each) and, while one is live, resamples (:func:`~.smc.resample_indices`:
     ``resampling`` multinomial, stratified or systematic) when the ESS is below
-    ``ess_threshold · M``, setting every weight to the mean (Ẑ stays unbiased).  Stops when all
-    are done or after ``max_steps`` steps (unfinished particles: twist divided out).  ``seed``:
-    int, None or a ``numpy.random.Generator`` (consumed as by :meth:`~.smc.SMC.run`);
-    ``progress(step)``; ``model`` is the particles' template and is not modified.
+    ``ess_threshold · M``, setting every weight to the mean (Ẑ stays unbiased).
+
+    ``resampling="without_replacement"`` is the seed's scheme (Alg. 1 with K = ``expansion``,
+    default 3 as in its experiments): before each step every live particle becomes K clones
+    (the LM batch grows to N' rows), after it :func:`without_replacement_indices` keeps M
+    distinct ones, every step (``ess_threshold`` unused); K = 1 never resamples.
+
+    Stops when all are done or after ``max_steps`` steps (unfinished particles: twist
+    divided out).  ``seed``: int, None or a ``numpy.random.Generator`` (consumed as by
+    :meth:`~.smc.SMC.run`); ``progress(step)``; ``model`` is the particles' template and is
+    not modified.
 
     Raises:
-        InvalidArgumentError: bad M, threshold or resampling; a vocabulary mismatch; a step
-            that reads a context twice, uses a stale context, or awaits anything but sample.
+        InvalidArgumentError: bad M, threshold, resampling or expansion; a vocabulary
+            mismatch; a step that reads a context twice, uses a stale context, or awaits
+            anything but sample.
     """
     if not isinstance(model, Model):
         raise InvalidArgumentTypeError(f"run_smc needs a Model, got {type(model).__name__}")
@@ -737,14 +693,19 @@ def run_smc(model: Model, n_particles: int, *, ess_threshold: float = 0.5,
     for bad, msg in ((M < 1, f"n_particles must be >= 1 (got {n_particles})"),
                      (not 0.0 <= ess_threshold <= 1.0,
                       f"ess_threshold must be in [0, 1] (got {ess_threshold})"),
-                     (resampling not in ("multinomial", "stratified", "systematic"),
-                      f"resampling must be multinomial, stratified or systematic: {resampling!r}"),
+                     (resampling not in _RESAMPLING, f"resampling must be one of "
+                      f"{', '.join(_RESAMPLING)}: {resampling!r}"),
+                     (expansion is not None and (resampling != "without_replacement"
+                                                 or int(expansion) < 1),
+                      f"expansion (K >= 1) goes with resampling='without_replacement' "
+                      f"(got {expansion}, {resampling!r})"),
                      (not hasattr(model, "_handles"),
                       f"{type(model).__name__}.__init__ must call super().__init__()"),
                      (getattr(model, "_runner", None) is not None,
                       "run_smc: this model is a running particle, not a template")):
         if bad:
             raise _err(msg)
+    wr, K = resampling == "without_replacement", int(3 if expansion is None else expansion)
     t0 = time.perf_counter()
     g = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     lms = {id(h.lm): h.lm for h in model._handles if isinstance(h, Context)}
@@ -759,33 +720,40 @@ def run_smc(model: Model, n_particles: int, *, ess_threshold: float = 0.5,
         while not all(p.done for p in particles) and (max_steps is None or steps < max_steps):
             if progress is not None:
                 progress(steps)
+            if wr:  # Alg. 1 lines 8-17: K clones of each live particle, weights × N'/(KN)
+                n2 = sum(1 if p.done else K for p in particles)
+                particles = _reorder(particles, runner, memo, np.repeat(
+                    np.arange(M), [1 if p.done else K for p in particles]))
+                for p in particles:
+                    p.log_weight += math.log(n2 / (M * (1 if p.done else K)))
             _drive(particles, runner, g)
             runner.end_step(particles)
             steps += 1
             logw = np.array([p.log_weight for p in particles])
-            if any(not p.done for p in particles) and np.isfinite(logw).any():
-                wn = _normalize(logw)
+            if wr:  # Alg. 1 lines 18-30 (nothing to do if N' = M)
+                if len(particles) > M:
+                    idx, new_logw = without_replacement_indices(logw, M, g)
+                    particles = _reorder(particles, runner, memo, idx)
+                    for p, lw in zip(particles, new_logw.tolist()):
+                        p.log_weight = lw
+                    n_resample += 1
+            elif any(not p.done for p in particles) and np.isfinite(logw).any():
+                wn = normalize_log_weights(logw)
                 ess_hist.append(1.0 / float((wn ** 2).sum()))
                 if ess_hist[-1] < ess_threshold * M:
                     idx = resample_indices(wn, M, resampling, g)
-                    mean = _logmeanexp(logw)
-                    runner.select(idx)
-                    seen: set[int] = set()
-                    new = []
-                    for j in idx.tolist():  # the first copy of an ancestor is the ancestor
-                        new.append(particles[j].clone(memo) if j in seen else particles[j])
-                        seen.add(j)
-                    particles = new
-                    for i, p in enumerate(particles):
-                        p._index, p.log_weight = i, mean
+                    mean = log_mean_exp(logw)
+                    particles = _reorder(particles, runner, memo, idx)
+                    for p in particles:
+                        p.log_weight = mean
                     n_resample += 1
         unfinished = [p for p in particles if not p.done]
         for p in unfinished:
             p.untwist()
         logw = np.array([p.log_weight for p in particles])
-        log_Z = _logmeanexp(logw)
+        log_Z = log_mean_exp(logw)
         ok = bool(np.isfinite(logw).any())
-        wn = _normalize(logw) if ok else np.zeros(M)
+        wn = normalize_log_weights(logw) if ok else np.zeros(M)
         sample = int(g.choice(M, p=wn)) if ok else -1
     finally:
         for s in runner.slots:  # free the KV caches; the particles keep their tokens

@@ -14,7 +14,8 @@
 * ``intersection`` — :class:`PromptIntersection`: a completion likely under two prompts,
   P(s) ∝ Π_i P_lm(s | x_i) (seed Fig. 2): ``--proposal first`` samples from the first prompt
   and observes the second; ``--proposal product`` samples from the normalized product
-  (:class:`ProductProposal`, the locally optimal M'_t) and keeps the importance weight.
+  (:class:`~.program_proposals.ProductProposal`, the locally optimal M'_t) and keeps the
+  importance weight.
 
 Run: ``python -m tractable.decode.program_examples constrained --particles 8 --max-tokens 12``
 (``--help`` for the options).  Each prints the weighted particles, log Ẑ and the time.
@@ -33,22 +34,16 @@ import torch
 from ..fsa.errors import InvalidArgumentError
 from .constraints import as_constraint
 from .lm import HFCausalLM, LanguageModel
-from .program import (
+from .program import Model, ProgramResult, run_smc
+from .program_proposals import (
     AWRSProposal,
-    ConstraintTracker,
-    Context,
-    Model,
     PGCDProposal,
-    ProgramResult,
-    TokenProposal,
-    _importance_draw,
+    ProductProposal,
     gcd_proposal,
     lcd_proposal,
-    run_smc,
 )
 
 __all__ = [
-    "ProductProposal",
     "ConstrainedGeneration",
     "ContainsWord",
     "PromptIntersection",
@@ -140,28 +135,6 @@ class ContainsWord(Model):
                 self.condition(self.c.accepting())
             self.condition(self.pattern.search(self.text()) is not None)
             self.finish()
-
-
-class ProductProposal(TokenProposal):
-    """q ∝ Π_j p_j over several contexts' next-token distributions (GCD-masked by ``tracker``
-    if given): prompt intersection's locally optimal proposal (seed §2.2, M'_t); log weight
-    log p(x) - log q(x) for the sampled target p (``observe`` the others for G'_t)."""
-
-    def __init__(self, contexts: Sequence[Context], tracker: ConstraintTracker | None = None):
-        self.contexts, self.tracker = list(contexts), tracker
-        if not self.contexts:
-            raise InvalidArgumentError("ProductProposal needs at least one context")
-
-    def key(self) -> tuple:
-        t = None if self.tracker is None else self.tracker._slot
-        return ("product", tuple(c._slot for c in self.contexts), t)
-
-    def draw(self, runner, rows, lp, g):
-        sub = torch.from_numpy(rows)
-        lq = sum(runner.logprobs(c._slot)[sub].double() for c in self.contexts)
-        mask = (torch.ones_like(lq, dtype=torch.bool) if self.tracker is None
-                else self._mask(runner, self.tracker, rows))
-        return _importance_draw(lp, lq, mask, g)
 
 
 class PromptIntersection(Model):

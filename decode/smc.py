@@ -39,7 +39,8 @@ from .constraints import Constraint, as_constraint
 from .lm import HFCausalLM, LanguageModel
 from .samplers import awrs_batched
 
-__all__ = ["SMC", "SMCResult", "Potential", "smc", "resample_indices", "PROPOSALS"]
+__all__ = ["SMC", "SMCResult", "Potential", "smc", "resample_indices", "PROPOSALS",
+           "categorical_draw", "log_mean_exp", "normalize_log_weights"]
 
 PROPOSALS = ("lm", "lcd", "gcd", "awrs", "pgcd")
 
@@ -202,14 +203,14 @@ class SMC:
         lp = logp[torch.from_numpy(rows)].double()
         prop = self.proposal
         if prop == "lm":
-            tok = _categorical(lp, g)
+            tok = categorical_draw(lp, g)
             ok = C.check(cst, torch.from_numpy(rows), torch.from_numpy(tok), r, "gcd").numpy()
             return tok, np.where(ok, 0.0, -np.inf)
         if prop in ("lcd", "gcd"):
             mask = C.allowed(cst.select(torch.from_numpy(rows)), r, prop)
             lq = lp.masked_fill(~mask, -math.inf)
             logz = torch.logsumexp(lq, dim=-1)
-            tok = _categorical(lq, g)
+            tok = categorical_draw(lq, g)
             return tok, logz.numpy()
         if prop == "awrs":
             sub = torch.from_numpy(rows)
@@ -240,7 +241,7 @@ class SMC:
                                            "potential_state": pst}), dtype=torch.float64)
         lq = lq.masked_fill(~mask, -math.inf)
         lq = lq - torch.logsumexp(lq, dim=-1, keepdim=True)
-        tok = _categorical(lq, g)
+        tok = categorical_draw(lq, g)
         ti = torch.from_numpy(tok).clamp(min=0).view(-1, 1)
         inc = (lp.gather(1, ti) - lq.gather(1, ti)).view(-1).numpy()
         inc = np.where(tok < 0, -np.inf, inc)
@@ -319,12 +320,12 @@ class SMC:
                 lst = lm.advance(lst, torch.from_numpy(tokens))
                 # resample
                 if np.isfinite(logw).any():
-                    wn = _normalize(logw)
+                    wn = normalize_log_weights(logw)
                     ess = 1.0 / float((wn ** 2).sum())
                     ess_hist.append(ess)
                     if ess < self.ess_threshold * M:
                         idx = resample_indices(wn, M, self.resampling, g)
-                        mean = _logmeanexp(logw)
+                        mean = log_mean_exp(logw)
                         logw = np.full(M, mean)
                         ti = torch.from_numpy(idx)
                         lst = lst.select(ti)
@@ -335,9 +336,9 @@ class SMC:
                         done = done[idx]
                         ended_eos = ended_eos[idx]
                         n_resample += 1
-        log_G = _logmeanexp(logw)
+        log_G = log_mean_exp(logw)
         if np.isfinite(logw).any():
-            wn = _normalize(logw)
+            wn = normalize_log_weights(logw)
             sample = int(g.choice(M, p=wn))
         else:
             wn = np.zeros(M)
@@ -358,8 +359,9 @@ class SMC:
                          sample, [bool(e) for e in ended_eos], texts, stats)
 
 
-def _categorical(logits: torch.Tensor, g: np.random.Generator) -> np.ndarray:
-    """One index per row ∝ exp(logits) (float64 [k, V]); -1 for rows with no finite entry."""
+def categorical_draw(logits: torch.Tensor, g: np.random.Generator) -> np.ndarray:
+    """One index per row ∝ exp(logits) (float [k, V], unnormalized): int64 [k], -1 for rows
+    with no finite entry.  Consumes one uniform per row of ``g`` (inverse CDF)."""
     lp = logits.double().numpy()
     mx = np.max(lp, axis=1, keepdims=True)
     ok = np.isfinite(mx[:, 0])
@@ -372,14 +374,16 @@ def _categorical(logits: torch.Tensor, g: np.random.Generator) -> np.ndarray:
     return np.where(ok, idx, -1)
 
 
-def _logmeanexp(x: np.ndarray) -> float:
+def log_mean_exp(x: np.ndarray) -> float:
+    """log((1/M) Σ_m exp(x_m)) of float [M] log weights (log Ẑ); -inf if no entry is finite."""
     m = np.max(x)
     if not np.isfinite(m):
         return -math.inf
     return float(m + np.log(np.mean(np.exp(x - m))))
 
 
-def _normalize(logw: np.ndarray) -> np.ndarray:
+def normalize_log_weights(logw: np.ndarray) -> np.ndarray:
+    """float [M] log weights -> normalized weights float64 [M] (needs a finite entry)."""
     m = np.max(logw)
     w = np.exp(logw - m)
     return w / w.sum()

@@ -12,6 +12,9 @@ enumeration.
     TV to the exact posterior falls with the number of particles.
 (c) The three examples run on SmolLM2 at a small size, and their weights are checked against
     direct forward passes.
+(d) The seed's K-expansion with without-replacement down-sampling (Alg. 1): the down-sampler
+    keeps each particle with probability min(1, c* ŵ) (c* by bisection) and an unbiased
+    weight; SMC with it gives unbiased Ẑ and P̃̂; K = 1 is SMC without resampling.
 """
 
 from __future__ import annotations
@@ -23,13 +26,9 @@ import numpy as np
 import pytest
 import torch
 from tractable.decode.lm import TableLM
-from tractable.decode.program import (
-    Categorical,
-    Model,
-    gcd_proposal,
-    run_smc,
-)
+from tractable.decode.program import Categorical, Model, run_smc
 from tractable.decode.program_examples import ConstrainedGeneration, PromptIntersection
+from tractable.decode.program_proposals import gcd_proposal
 from tractable.decode.smc import SMC, Potential
 from tractable.fsa.errors import InvalidArgumentError
 
@@ -492,7 +491,18 @@ def test_program_misuse_is_typed():
         run_smc(_Twice(ex.lm), 2, resampling="residual")
     with pytest.raises(InvalidArgumentError, match="proposal"):
         ConstrainedGeneration(ex.lm, [], ex.constraint, max_new_tokens=3, proposal="beam")
+    from tractable.decode.program_proposals import PGCDProposal, ProductProposal
+    from tractable.fsa.errors import InvalidArgumentTypeError
+
     m = ConstrainedGeneration(ex.lm, [], ex.constraint, max_new_tokens=4)
+    with pytest.raises(InvalidArgumentTypeError, match="needs a ConstraintTracker, got Context"):
+        gcd_proposal(m.ctx)
+    with pytest.raises(InvalidArgumentTypeError, match="needs a PotentialTracker"):
+        PGCDProposal(m.c, m.c)
+    with pytest.raises(InvalidArgumentTypeError, match="needs a Context"):
+        ProductProposal([m.c])
+    with pytest.raises(InvalidArgumentError, match="at least one context"):
+        ProductProposal([])
     with pytest.raises(InvalidArgumentError, match="__init__"):
         m._runner = object()
         m.new_context(ex.lm, [])
@@ -567,3 +577,129 @@ def test_example_intersection_weights(smol, proposal):
         want = float(torch.logsumexp(lps[0] + lps[1], -1).sum())
     assert float(res.log_weights[0]) == pytest.approx(want, abs=2e-3)
     assert res.log_Z == pytest.approx(float(res.log_weights[0]))
+
+
+# ----------------------------------------------------------------------------- without replacement
+
+
+def _c_star(w, n):
+    """c* of Σ_i min(1, c w_i) = n by bisection (the definition, paper 004 Alg. 1 line 19)."""
+    lo, hi = 0.0, 1e12
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if np.minimum(1.0, mid * w).sum() < n else (lo, mid)
+    return hi
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_without_replacement_indices_against_definition(case):
+    """Alg. 1 lines 18-30: n distinct indices; index i is kept with probability
+    min(1, c* ŵ_i) (c* by bisection) and its kept weight has mean (n/N') w_i; with at most
+    n positive weights all of them are kept, deterministically."""
+    from tractable.decode.program import without_replacement_indices
+
+    g0 = np.random.default_rng(case)
+    N2, n = [(12, 4), (9, 3), (7, 5), (10, 6)][case]
+    logw = g0.normal(0.0, [0.5, 2.0, 1.0, 3.0][case], N2)
+    logw[g0.choice(N2, 2, replace=False)] = -np.inf
+    w = np.exp(logw)
+    p_keep = np.minimum(1.0, _c_star(w / w.sum(), n) * w / w.sum())
+    assert p_keep.sum() == pytest.approx(n)
+    g = np.random.default_rng(50 + case)
+    R = 4000
+    kept = np.zeros((R, N2))
+    for r in range(R):
+        idx, lw = without_replacement_indices(logw, n, g)
+        assert idx.size == n and np.all(np.diff(idx) > 0) and np.isfinite(lw).all()
+        kept[r, idx] = np.exp(lw)
+    freq = (kept > 0).mean(0)
+    for i in range(N2):
+        if p_keep[i] in (0.0, 1.0):
+            assert freq[i] == p_keep[i]
+            assert np.all(kept[:, i] == pytest.approx(n / N2 * w[i]))
+        else:
+            assert abs(z_score(kept[:, i] > 0, p_keep[i])) < Z_MAX, (i, freq[i], p_keep[i])
+            assert abs(z_score(kept[:, i], n / N2 * w[i])) < Z_MAX, i
+    few = np.array([-np.inf, 0.3, -np.inf, -1.0, -np.inf])
+    idx, lw = without_replacement_indices(few, 3, np.random.default_rng(0))
+    assert idx.tolist() == [0, 1, 3] and lw[1:] == pytest.approx(few[[1, 3]] + math.log(3 / 5))
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_without_replacement_smc_unbiased(K):
+    """The seed's K-expansion + without-replacement down-sampling: Ẑ and P̃̂ unbiased over
+    200 runs at M = 3 (LM + condition, dead particles; GCD; prompt intersection)."""
+    ex = random_toy(5, num_tokens=3, max_len=3)
+    post, G = enumerate_posterior(ex.lm, ex.constraint, [], ex.max_new_tokens)
+    lms = [_table_lm(1, 3, 3), _table_lm(2, 3, 3)]
+    post2, Z2 = _product_target(lms, 3, 3)
+    steps = 0
+    for i, (make, post_i, Z) in enumerate([
+            (lambda: ConstrainedGeneration(ex.lm, [], ex.constraint, proposal="lm",
+                                           max_new_tokens=ex.max_new_tokens), post, G),
+            (lambda: ConstrainedGeneration(ex.lm, [], ex.constraint, proposal="gcd",
+                                           max_new_tokens=ex.max_new_tokens), post, G),
+            (lambda: PromptIntersection(lms[0], [[0], [0]], max_new_tokens=3, lms=lms),
+             post2, Z2)]):
+        g = np.random.default_rng(10 * K + i)
+        runs = [run_smc(make(), 3, seed=g, resampling="without_replacement", expansion=K)
+                for _ in range(200)]
+        assert all(len(r.particles) == 3 for r in runs)
+        _check_unbiased(runs, post_i, Z)
+        steps += sum(r.stats["resampling_steps"] for r in runs)
+    assert steps >= 600
+
+
+def test_without_replacement_k1_never_resamples():
+    """K = 1: N' = M, every particle is kept with its weight: the run is draw for draw the
+    run without resampling (ess_threshold = 0)."""
+    ex = paper002_example()
+    for seed in range(5):
+        m = ConstrainedGeneration(ex.lm, [], ex.constraint, max_new_tokens=4, proposal="lm")
+        r1 = run_smc(m, 4, seed=seed, ess_threshold=0.0)
+        r2 = run_smc(m, 4, seed=seed, resampling="without_replacement", expansion=1)
+        assert [p.key() for p in r1.particles] == [p.key() for p in r2.particles]
+        assert torch.equal(r1.log_weights, r2.log_weights) and r1.sample == r2.sample
+        assert r2.stats["resampling_steps"] == 0
+    with pytest.raises(InvalidArgumentError, match="expansion"):
+        run_smc(m, 4, expansion=2)
+    with pytest.raises(InvalidArgumentError, match="expansion"):
+        run_smc(m, 4, resampling="without_replacement", expansion=0)
+
+
+class _Trace(Model):
+    """x ~ p_lm, weight × p_lm(x)^0.5 (unequal weights); records log p_lm(token) as the
+    particle's context gave it (a list: copied with the particle)."""
+
+    def __init__(self, lm, prompt, N):
+        super().__init__()
+        self.ctx = self.new_context(lm, prompt)
+        self.trace, self.N = [], N
+
+    async def step(self):
+        lp = self.ctx.next_token().logprobs()
+        tok = await self.sample(self.ctx.next_token())
+        self.trace.append(float(lp[tok]))
+        self.score(0.5 * self.trace[-1])
+        if tok in self.ctx.eos_token_ids or self.ctx.length == self.N:
+            self.finish()
+
+
+@pytest.mark.model
+def test_without_replacement_kv_cache_smollm2(smol):
+    """Expansion to N' = K·M rows and down-sampling reorder SmolLM2's KV cache: every
+    particle's next-token log-probabilities equal a fresh forward pass over its tokens."""
+    from tractable.decode.lm import HFCausalLM
+
+    model, tok = smol
+    lm = HFCausalLM(model, tok)
+    prompt = tok.encode("The three largest oceans are")
+    r = run_smc(_Trace(lm, prompt, 5), 3, seed=4, resampling="without_replacement")
+    assert r.stats["resampling_steps"] == 5 and len({p.key() for p in r.particles}) > 1
+    for p in r.particles:
+        s = list(p.ctx.tokens)
+        with torch.inference_mode():
+            lp = torch.log_softmax(model(input_ids=torch.tensor([prompt + s])).logits[0]
+                                   .float(), -1)
+        want = [float(lp[len(prompt) - 1 + t, s[t]]) for t in range(len(s))]
+        assert p.trace == pytest.approx(want, abs=2e-3)
