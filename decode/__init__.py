@@ -5,11 +5,14 @@
 * :mod:`.samplers` — token-level rejection sampling, WRS, AWRS (+ Gumbel-batched and clipped);
 * :mod:`.smc` — SMC with LM / LCD / GCD / AWRS / P-GCD proposals (:func:`smc`);
 * :mod:`.cars` — CARS and its special cases ARS, RSFT, RS (exact samples of P(· | L));
+* :mod:`.asap` — ASAp (grammar-aligned decoding, paper 003) on the prefix trie shared with CARS
+  (:mod:`.prefix_trie`);
 * :mod:`.program` — programmable SMC (paper 004, LLaMPPL-style): a :class:`Model` with an async
   ``step()`` calling ``sample`` / ``observe`` / ``condition`` / ``twist``, run by :func:`run_smc`;
 * :mod:`.program_proposals` — token proposals for programs (LCD/GCD masks, AWRS, P-GCD, products).
 """
 
+from .asap import ASAp, ASApDraw
 from .cars import CARS
 from .constraints import (
     AutomatonConstraint,
@@ -19,6 +22,13 @@ from .constraints import (
     as_constraint,
 )
 from .lm import HFCausalLM, LanguageModel, LMState, RestrictedLM, TableLM
+from .prefix_trie import (
+    PrefixTrie,
+    TrieFileNotFoundError,
+    TrieFormatError,
+    TrieFrozenError,
+    TrieNode,
+)
 from .program import (
     Categorical,
     ConstraintTracker,
@@ -42,6 +52,13 @@ from .samplers import TokenDraw, awrs, awrs_batched, awrs_clipped, rejection_sam
 from .smc import SMC, Potential, SMCResult, resample_indices, smc
 
 __all__ = [
+    "ASAp",
+    "ASApDraw",
+    "PrefixTrie",
+    "TrieNode",
+    "TrieFormatError",
+    "TrieFileNotFoundError",
+    "TrieFrozenError",
     "CARS",
     "AutomatonConstraint",
     "Constraint",

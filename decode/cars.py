@@ -16,16 +16,18 @@ Update rules (``update=``):
 * ``"rsft"`` — only invalid *first* tokens (the root's mask);
 * ``"rs"``   — nothing (plain rejection sampling).
 
-A node stores the invalid next tokens it knows as a bool mask [V] (not one child per token), valid
-children with p < 1 as nodes.  :meth:`CARS.freeze` stops all updates.  Costs: ``stats`` reports
+The trie is :class:`~.prefix_trie.PrefixTrie` (shared with ASAp, :mod:`.asap`), updated here by
+mass subtraction: a node stores the invalid next tokens it knows as a bool mask [V] (not one child
+per token), valid children with p < 1 as nodes, and ``value`` = p_u.  :meth:`CARS.freeze` stops
+all updates; :meth:`CARS.save` / :meth:`CARS.load` keep W in a file.  Costs: ``stats`` reports
 attempts, forward passes and LM rows (token positions computed) per valid sample.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -33,19 +35,11 @@ import torch
 from ..fsa.errors import InvalidArgumentError
 from .constraints import Constraint, as_constraint
 from .lm import LanguageModel
+from .prefix_trie import PrefixTrie, TrieFormatError, TrieNode
 
 __all__ = ["CARS", "UPDATE_RULES"]
 
 UPDATE_RULES = ("cars", "ars", "rsft", "rs")
-
-
-@dataclass(eq=False)
-class _Node:
-    parent: _Node | None
-    prob: float  # P(edge into this node | parent prefix)
-    p: float = 1.0  # p_u
-    dead: np.ndarray | None = None  # bool [V]: next tokens known invalid
-    children: dict[int, _Node] = field(default_factory=dict)
 
 
 class CARS:
@@ -72,20 +66,54 @@ class CARS:
         self.update = update
         self.batch_size = int(batch_size)
         self.g = np.random.default_rng(seed)
-        self.root = _Node(None, 1.0)
-        self.frozen = False
         self.V = lm.vocab_size
+        self.trie = PrefixTrie(self.V, rule=f"cars:{update}")
         self.stats = {"attempts": 0, "valid": 0, "lm_calls": 0, "lm_rows": 0, "seconds": 0.0,
                       "trie_nodes": 1}
 
+    @property
+    def root(self) -> TrieNode:
+        return self.trie.root
+
+    @property
+    def frozen(self) -> bool:
+        return self.trie.frozen
+
     def freeze(self) -> None:
         """Stop updating W: later attempts use the trie as it is (still exact)."""
-        self.frozen = True
+        self.trie.freeze()
 
     @property
     def acceptance_bound(self) -> float:
         """p_ε: probability that an attempt avoids W (an upper bound on the acceptance rate)."""
-        return self.root.p
+        return self.root.value
+
+    def _meta(self) -> dict:
+        return {"sampler": "cars", "update": self.update, "max_new_tokens": self.N,
+                "prompt_ids": self.prompt_ids, "vocab_size": self.V,
+                "eos_token_ids": list(self.lm.eos_token_ids)}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write W (the trie) and this sampler's settings to ``path`` (``.safetensors``)."""
+        self.trie.save(path, self._meta())
+
+    def load(self, path: str | os.PathLike) -> CARS:
+        """Replace W by the trie saved at ``path`` (frozen if it was saved frozen); returns self.
+
+        Raises:
+            TrieFileNotFoundError, TrieFormatError: see :meth:`PrefixTrie.load`; also when the
+                file was saved by another sampler / update rule, budget, prompt or vocabulary.
+        """
+        trie, meta = PrefixTrie.load(path)
+        mine = self._meta()
+        diff = [k for k in mine if meta.get(k) != mine[k]]
+        if diff:
+            raise TrieFormatError(f"{path}: saved for another CARS set-up ({', '.join(diff)} "
+                                  f"differ: file {[meta.get(k) for k in diff]}, "
+                                  f"here {[mine[k] for k in diff]})")
+        self.trie = trie
+        self.stats["trie_nodes"] = trie.num_nodes
+        return self
 
     # ------------------------------------------------------------------ sampling
 
@@ -96,7 +124,7 @@ class CARS:
         calls0, rows0 = lm.calls, lm.rows
         lst = lm.start(self.prompt_ids, B)
         cst = C.start(B)
-        nodes: list[_Node | None] = [self.root] * B
+        nodes: list[TrieNode | None] = [self.root] * B
         paths: list[list[tuple]] = [[] for _ in range(B)]
         seqs: list[list[int]] = [[] for _ in range(B)]
         status = np.zeros(B, dtype=np.int8)  # 0 running, 1 valid, -1 invalid
@@ -122,7 +150,7 @@ class CARS:
                     if nd.dead is not None:
                         w[nd.dead] = 0.0
                     for a, ch in nd.children.items():
-                        w[a] *= ch.p
+                        w[a] *= ch.value
                 s = w.sum()
                 if s <= 0:
                     status[b] = -1
@@ -162,30 +190,11 @@ class CARS:
         self.stats["lm_rows"] += lm.rows - rows0
         return seqs, status, paths, root_mask
 
-    def _subtract(self, node: _Node, delta: float) -> None:
-        """p_node -= delta, propagated to the root."""
-        while node is not None and delta > 0:
-            node.p = max(node.p - delta, 0.0)
-            delta *= node.prob
-            node = node.parent
-
-    def _child(self, node: _Node, a: int, prob: float) -> _Node:
-        ch = node.children.get(a)
-        if ch is None:
-            ch = node.children[a] = _Node(node, prob)
-            self.stats["trie_nodes"] += 1
+    def _child(self, node: TrieNode, a: int, prob: float) -> TrieNode:
+        n0 = self.trie.num_created
+        ch = self.trie.child(node, a, prob)
+        self.stats["trie_nodes"] += self.trie.num_created - n0
         return ch
-
-    def _kill(self, node: _Node, a: int, prob: float) -> None:
-        """Add prefix ``node·a`` to W."""
-        if node.dead is None:
-            node.dead = np.zeros(self.V, dtype=bool)
-        if node.dead[a]:
-            return
-        ch = node.children.pop(a, None)
-        old = 1.0 if ch is None else ch.p
-        node.dead[a] = True
-        self._subtract(node, prob * old)
 
     def _update(self, path: list[tuple], valid: bool, root_mask) -> None:
         if self.frozen or self.update == "rs":
@@ -195,32 +204,19 @@ class CARS:
                 return
             p0 = path[0][1]
             node = self.root
-            bad = ~root_mask & (p0 > 0)
-            if node.dead is None:
-                node.dead = np.zeros(self.V, dtype=bool)
-            new = bad & ~node.dead
-            for a in np.nonzero(new & np.isin(np.arange(self.V), list(node.children)))[0]:
-                self._kill(node, int(a), float(p0[a]))
-                new[a] = False
-            node.dead |= new
-            self._subtract(node, float(p0[new].sum()))
+            dead = np.zeros(self.V, dtype=bool) if node.dead is None else node.dead
+            self.trie.kill_tokens(node, ~root_mask & (p0 > 0) & ~dead, p0,
+                                  sorted_children=True)
             return
         # walk the path, materializing nodes (the path's nodes may be None off-trie)
         node = self.root
         for i, (_, p0, mask, a, _r) in enumerate(path):
             last = i == len(path) - 1
             if self.update == "cars" and mask is not None:
-                if node.dead is None:
-                    node.dead = np.zeros(self.V, dtype=bool)
-                new = ~mask & ~node.dead & (p0 > 0)
-                for c in [c for c in node.children if new[c]]:
-                    self._kill(node, c, float(p0[c]))
-                    new[c] = False
-                if new.any():
-                    node.dead |= new
-                    self._subtract(node, float(p0[new].sum()))
+                dead = np.zeros(self.V, dtype=bool) if node.dead is None else node.dead
+                self.trie.kill_tokens(node, ~mask & ~dead & (p0 > 0), p0)
             if last and not valid:
-                self._kill(node, int(a), float(p0[a]))  # the shortest invalid prefix
+                self.trie.kill(node, int(a), float(p0[a]))  # the shortest invalid prefix
                 return
             if last:
                 return
@@ -237,7 +233,7 @@ class CARS:
         out: list[list[int]] = []
         attempts = 0
         while len(out) < n:
-            if self.root.p <= 0.0:
+            if self.root.value <= 0.0:
                 raise RuntimeError("CARS: every sequence is known invalid (no valid output "
                                    "within the budget)")
             if attempts >= max_attempts:
