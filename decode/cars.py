@@ -4,9 +4,9 @@ Exact samples from P(x | L) where P is the LM with a budget (an output ends with
 ``max_new_tokens`` tokens) and L the constraint.  A trie holds a set W of *invalid prefixes*; each
 trie node u stores p_u = P(complete sequence extending u avoids W | u), and attempts are drawn
 from R^W(a | u) = P(a | u) p_{ua} / p_u.  An attempt that reaches an invalid prefix is rejected;
-afterwards the update rule adds prefixes to W and subtracts their mass up the trie
-(p_parent -= P(child | parent) · Δp_child).  Any accepted attempt is an exact sample of P(· | L)
-whatever W is (Thm. 1), so W is only updated *between* attempts (a batch of attempts shares one W).
+afterwards the update rule adds prefixes to W and recomputes p_u on the attempt's path (see
+below).  Any accepted attempt is an exact sample of P(· | L) whatever W is (Thm. 1), so W is only
+updated *between* attempts (a batch of attempts shares one W).
 
 Update rules (``update=``):
 
@@ -16,11 +16,20 @@ Update rules (``update=``):
 * ``"rsft"`` — only invalid *first* tokens (the root's mask);
 * ``"rs"``   — nothing (plain rejection sampling).
 
-The trie is :class:`~.prefix_trie.PrefixTrie` (shared with ASAp, :mod:`.asap`), updated here by
-mass subtraction: a node stores the invalid next tokens it knows as a bool mask [V] (not one child
-per token), valid children with p < 1 as nodes, and ``value`` = p_u.  :meth:`CARS.freeze` stops
-all updates; :meth:`CARS.save` / :meth:`CARS.load` keep W in a file.  Costs: ``stats`` reports
-attempts, forward passes and LM rows (token positions computed) per valid sample.
+The trie is :class:`~.prefix_trie.PrefixTrie` (shared with ASAp, :mod:`.asap`): a node stores the
+invalid next tokens it knows as a bool mask [V] (not one child per token), valid children as
+nodes, and ``value`` = p_u.  After an attempt's W members are marked, p_u is recomputed on its path
+from the deepest node up by normalized re-summation (:meth:`~.prefix_trie.PrefixTrie.resum`):
+p_u = Σ_a P(a | u) · [ua ∉ W] · p_{ua} / Σ_a P(a | u) over u's full next-token row (unexplored
+children count 1).  Paper 001 writes the update as mass subtraction (p_parent -= P(child |
+parent) · Δp_child, kept as :meth:`~.prefix_trie.PrefixTrie.kill`); the two agree in exact
+arithmetic on rows summing to 1, but subtraction from 1 cancels in float64: valid mass below
+~1e-16 of the total was lost (Z = 1e-20 raised "every sequence is known invalid"), and float32 LM
+rows summing to 1 ± 1e-7 left that much spurious mass (Z = 2e-14: wrong samples).  Re-summation
+adds non-negative terms only, so p_u keeps full relative precision down to float64's underflow
+(~1e-300).  :meth:`CARS.freeze` stops all updates; :meth:`CARS.save` / :meth:`CARS.load` keep W
+in a file.  Costs: ``stats`` reports attempts, forward passes and LM rows (token positions
+computed) per valid sample.
 """
 
 from __future__ import annotations
@@ -197,30 +206,42 @@ class CARS:
         return ch
 
     def _update(self, path: list[tuple], valid: bool, root_mask) -> None:
+        """Add this attempt's invalid prefixes to W (``dead`` bits, per the update rule), then
+        recompute p_u on the attempt's path from the deepest node up by re-summation
+        (:meth:`PrefixTrie.resum`: p_u = Σ_a P(a | u) p_{ua} over u's full row, normalized, dead
+        tokens 0, unexplored ones 1).  Only the path's p_u change: every new W member hangs
+        below a node of the path, and the attempt computed every row on it."""
         if self.frozen or self.update == "rs":
             return
+        trie = self.trie
         if self.update == "rsft":
             if valid or root_mask is None:
                 return
             p0 = path[0][1]
-            node = self.root
-            dead = np.zeros(self.V, dtype=bool) if node.dead is None else node.dead
-            self.trie.kill_tokens(node, ~root_mask & (p0 > 0) & ~dead, p0,
-                                  sorted_children=True)
+            dead = np.zeros(self.V, dtype=bool) if self.root.dead is None else self.root.dead
+            new = ~root_mask & (p0 > 0) & ~dead
+            if new.any():
+                trie.mark_dead(self.root, new)
+                trie.resum(self.root, p0)
             return
         # walk the path, materializing nodes (the path's nodes may be None off-trie)
         node = self.root
+        seen: list[tuple[TrieNode, np.ndarray]] = []
         for i, (_, p0, mask, a, _r) in enumerate(path):
             last = i == len(path) - 1
+            seen.append((node, p0))
             if self.update == "cars" and mask is not None:
                 dead = np.zeros(self.V, dtype=bool) if node.dead is None else node.dead
-                self.trie.kill_tokens(node, ~mask & ~dead & (p0 > 0), p0)
-            if last and not valid:
-                self.trie.kill(node, int(a), float(p0[a]))  # the shortest invalid prefix
-                return
+                new = ~mask & ~dead & (p0 > 0)
+                if new.any():
+                    trie.mark_dead(node, new)
             if last:
-                return
+                if not valid:
+                    trie.mark_dead(node, [int(a)])  # the shortest invalid prefix
+                break
             node = self._child(node, int(a), float(p0[a]))
+        for nd, p0 in reversed(seen):
+            trie.resum(nd, p0)
 
     def sample(self, n: int = 1, *, max_attempts: int = 100_000) -> list[list[int]]:
         """``n`` exact samples of P(· | L) (token ids, EOS removed), in the order drawn.

@@ -1,7 +1,7 @@
 """A trie of sampled prefixes holding an upper bound on each prefix's mass of valid futures.
 
 Shared by CARS (paper 001, :mod:`.cars`) and ASAp (paper 003, :mod:`.asap`): one structure,
-two update rules.  A node u (a prefix of generated token ids) stores
+several update rules.  A node u (a prefix of generated token ids) stores
 
 * ``prob`` — P(last token of u | parent prefix), the LM's next-token probability of its edge;
 * ``value`` — an upper bound on the mass of u's futures that are valid: CARS's
@@ -16,16 +16,25 @@ sampling weight of next token ``a`` after u is therefore::
 
     w(a | u) = P(a | u) · [a not dead] · (children[a].value if a is a child else 1)
 
-(:meth:`PrefixTrie.weights`, batched over rows).  The two update rules:
+(:meth:`PrefixTrie.weights`, batched over rows).  The update rules:
 
-* **mass subtraction** (CARS, paper 001 Alg. 1): :meth:`PrefixTrie.kill` marks ``u·a`` dead and
-  subtracts its remaining mass ``P(a | u) · value(u·a)`` from u and, scaled by each edge's
-  ``prob``, from every ancestor (p_parent -= P(child | parent) · Δp_child);
+* **mass subtraction** (paper 001 Alg. 1 as written): :meth:`PrefixTrie.kill` marks ``u·a`` dead
+  and subtracts its remaining mass ``P(a | u) · value(u·a)`` from u and, scaled by each edge's
+  ``prob``, from every ancestor (p_parent -= P(child | parent) · Δp_child).  Kept as the paper's
+  reference rule; CARS no longer uses it: in float64 ``1 - (1 - 1e-5)`` keeps only ~11 digits and
+  any valid mass below ~1e-16 of the total cancels to 0 (or to rounding noise), and an LM row
+  whose probabilities sum to 1 ± 1e-7 (float32 log-softmax) leaves that much spurious mass;
 * **re-summation along a path** (ASAp, paper 003 Alg. 1): :meth:`PrefixTrie.refresh` recomputes
   ``value(u) = Σ_a P(a | u) · [a not dead] · value(u·a)`` from u's full next-token row, from the
   end of a sampled path back to the root.  Every term is non-negative, so small values (a prefix
   whose only valid completion has probability 1e-8) keep full relative precision, which repeated
-  subtraction from 1 would lose.
+  subtraction from 1 would lose;
+* **normalized re-summation** (CARS, paper 001's p_u computed without cancellation):
+  :meth:`PrefixTrie.resum` is :meth:`refresh` over the row *normalized to sum 1*, with the
+  current row's ``P(a | u)`` for children too, so ``value(u)`` is exactly the quantity CARS's
+  proposal R^W(a | u) = P(a | u) p_{ua} / p_u needs for its telescoping (Thm. 1): an untouched
+  node's value is exactly 1.0, and values stay exact to relative rounding error down to float64's
+  underflow (~1e-300), whatever the row sum's float32 error.
 
 Both keep ``value`` an upper bound on the true valid mass as long as only truly invalid tokens are
 marked dead.  :meth:`PrefixTrie.freeze` makes the trie read-only (later mutation raises
@@ -117,7 +126,8 @@ class PrefixTrie:
 
     def freeze(self) -> None:
         """Make the trie read-only: :meth:`child`, :meth:`kill`, :meth:`kill_tokens`,
-        :meth:`mark_dead` and :meth:`refresh` raise :class:`TrieFrozenError` from now on."""
+        :meth:`mark_dead`, :meth:`refresh` and :meth:`resum` raise :class:`TrieFrozenError` from
+        now on."""
         self.frozen = True
 
     def _check_mutable(self) -> None:
@@ -139,7 +149,7 @@ class PrefixTrie:
             node.dead = np.zeros(self.V, dtype=bool)
         return node.dead
 
-    # ------------------------------------------------------------------ CARS: mass subtraction
+    # ------------------------------------------------------------------ mass subtraction
 
     def subtract(self, node: TrieNode | None, delta: float) -> None:
         """``value(node) -= delta``, then ``delta *= node.prob`` and so on up to the root
@@ -151,7 +161,7 @@ class PrefixTrie:
             node = node.parent
 
     def kill(self, node: TrieNode, a: int, prob: float) -> None:
-        """Mark ``node·a`` dead (CARS: add it to W) and subtract its remaining mass
+        """Mark ``node·a`` dead (paper 001: add it to W) and subtract its remaining mass
         ``prob · value(node·a)`` up the trie; its subtree is dropped.  No-op if already dead."""
         self._check_mutable()
         dead = self._dead(node)
@@ -203,6 +213,39 @@ class PrefixTrie:
         if kids:
             alive[[a for a, _ in kids]] = False
         v = float(p0[alive].sum()) + sum(ch.prob * ch.value for _, ch in kids)
+        node.value = v
+        return v
+
+    # ------------------------------------------------------------------ CARS: re-summation
+
+    def resum(self, node: TrieNode, p0: np.ndarray) -> float:
+        """CARS's update of p_u (paper 001 §3) without cancellation: with ``p0`` the float64 [V]
+        next-token probabilities after ``node`` (not necessarily summing to 1: they are
+        normalized here) and ``f[a]`` = 0 if ``a`` is dead, ``value(node·a)`` if it is a child,
+        else 1, sets and returns ``value(node) = Σ_a p0[a] f[a] / Σ_a p0[a]``.
+
+        Call it on the nodes of a path from the deepest up (each sees its children's new
+        values).  Both sums run over the same [V] array in the same order and ``f ≤ 1``, so the
+        result is in [0, 1], and exactly 1.0 when nothing below ``node`` is dead.  Mutates
+        ``node.value`` only.
+
+        Raises:
+            TrieFrozenError: the trie is frozen.
+            InvalidArgumentError: ``p0`` is not [V], or its sum is not finite and positive.
+        """
+        self._check_mutable()
+        p0 = np.asarray(p0, dtype=np.float64)
+        if p0.shape != (self.V,):
+            raise InvalidArgumentError(f"resum: p0 must be [{self.V}], got {list(p0.shape)}")
+        tot = float(p0.sum())
+        if not (np.isfinite(tot) and tot > 0):
+            raise InvalidArgumentError(f"resum: the next-token row sums to {tot}, not > 0")
+        f = np.ones(self.V, dtype=np.float64)
+        if node.dead is not None:
+            f[node.dead] = 0.0
+        if node.children:
+            f[list(node.children)] = [ch.value for ch in node.children.values()]
+        v = min(float((p0 * f).sum()) / tot, 1.0)
         node.value = v
         return v
 
