@@ -1,7 +1,11 @@
 """tractable.hmm: hidden Markov models distilled from an LM, and P-GCD (paper 002 §4).
 
 * :class:`HMM` (:mod:`.model`) — π, A, B; scaled forward/backward, sampling, save/load.
-* :mod:`.em` — Baum–Welch EM; :mod:`.distill` — ``python -m tractable.hmm.distill``.
+* :mod:`.samples` — task-conditioned LM samples in a resumable, sharded store;
+  :mod:`.lvd` — latent variable distillation (k-means of LM hidden states) initialisation;
+  :mod:`.em` — Baum–Welch EM with held-out early stopping; :mod:`.em_distributed` —
+  data-parallel EM over ``torch.distributed``; :mod:`.distill` — the pipeline
+  (``tractable distill`` / ``python -m tractable.hmm.distill``).
 * :class:`HMMAutomatonProduct` (:mod:`.product`) — HMM × automaton (Thm. 4.4, Algorithm 1).
 * :class:`PGCD`, :func:`pgcd_logits_processor` (:mod:`.pgcd`) — the P-GCD proposal and
   potential (§4.3).

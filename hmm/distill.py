@@ -1,38 +1,42 @@
-"""Distill an HMM from a language model: sample from the LM, then fit by mini-batch EM.
+"""Distill an HMM from a language model: task-conditioned samples, LVD initialisation, EM with
+held-out early stopping, optionally data-parallel (paper 002 §4, §5.2; GeLaTo / Ctrl-G).
 
-``python -m tractable.hmm.distill --model smollm2 --hidden-size 256 --num-samples 1024
---max-length 128 --out DIR`` (also ``tractable distill ...``, same options).
+``tractable distill --prompts PROMPTS.jsonl --lvd --hidden-size 1024 --num-samples 20000
+--samples-per-prompt 4 --out DIR`` (also ``python -m tractable.hmm.distill``, same options).
 
-Pipeline (as in GeLaTo / Ctrl-G, Zhang et al. 2023, 2024; paper 002 §4):
+1. **Sample** (:mod:`tractable.hmm.samples`): each prompt of ``--prompts`` (one per line, or
+   JSONL; wrapped in the tokenizer's chat template unless ``--no-chat-template``) is answered
+   ``--samples-per-prompt`` times by ancestral sampling at temperature 1, ``--max-length``
+   tokens at most, ``--sample-batch-size`` rows a forward pass, into the sharded store
+   ``DIR/samples`` (``--shard-size`` sequences a shard; a rerun samples only the missing
+   shards; tokens/s printed per shard).  The GPU is used when there is one (``--device auto``).
+   Without ``--prompts`` the samples are unconditional (a warning says so: the paper distils
+   per task).  ``--lvd`` also stores the LM's last hidden state of every sampled token.
+2. **Split**: ``--holdout`` (default 0.1) of the prompts — all their samples — are held out
+   (by sequence when there is a single prompt).
+3. **Initialise**: ``--lvd``: k-means of the hidden states into H clusters, counts of the
+   assignments (:mod:`tractable.hmm.lvd`); else random around the unigram.
+4. **EM** (:func:`tractable.hmm.em.fit`): mini-batch Baum–Welch (``--step-size`` 1 = exact
+   EM), held-out LL/token after every epoch (``DIR/log.jsonl``), early stopping after
+   ``--patience`` epochs without improvement, the best parameters kept; ``DIR/checkpoint``
+   and ``--resume``.  The final HMM is ``DIR/hmm``.
+5. **Baselines** on the same held-out tokens: an add-``--pseudocount`` bigram fitted to the
+   same training samples, and the LM's own cross-entropy on them (recorded while sampling).
 
-1. **Sample** ``--num-samples`` sequences of at most ``--max-length`` new tokens from the LM
-   (ancestral sampling, temperature 1, no top-k/top-p), in batches of ``--sample-batch-size``
-   (batch 64 × 128 tokens gives ~10× the throughput of batch 1 on 2 CPU cores), each
-   started from a prompt of ``--prompts FILE`` (one per line, cycled) or, without prompts, from
-   the tokenizer's document separator ``<|endoftext|>``.  A sequence stops at its first EOS,
-   which is kept as its last token.  Batches are cached as ``DIR/samples/batch_XXXXX.pt``
-   (int32 tokens [B, T], int64 lengths [B]) so an interrupted run resumes and EM can be
-   re-run on the same samples.  Seed of batch ``i``: ``seed * 1_000_003 + i``.
-2. **Split** the sequences: the last ``--heldout-fraction`` (default 10%) are held out.
-3. **EM** (:func:`tractable.hmm.em.em_epoch`): mini-batch Baum–Welch; each mini-batch's
-   expected counts plus a pseudocount give the M-step target, blended with step size
-   ``--step-size`` (1.0 = full-batch EM when ``--batch-size`` covers all training data).
-   The held-out log-likelihood per token is reported after each epoch (also written to
-   ``DIR/log.jsonl``) and a checkpoint ``DIR/checkpoint`` (HMM + ``state.json`` with the epoch
-   and RNG state) is saved; ``--resume`` continues from it.  The final HMM is ``DIR/hmm``.
-4. A **bigram** baseline (add-``--pseudocount`` smoothed) fitted to the same training samples is
-   scored on the same held-out set, so the log says whether the HMM beats it.
-
-Runs on the GPU when there is one (``--device auto``).
+**Data-parallel EM** (:mod:`tractable.hmm.em_distributed`): ``--world-size N`` spawns N local
+processes (gloo; nccl when ``--device cuda``); across machines use torchrun, which sets
+``RANK``/``WORLD_SIZE``, e.g. ``torchrun --nnodes 2 --nproc-per-node 8 --rdzv-endpoint HOST:29500
+-m tractable.hmm.distill --stage train --out DIR ...`` (sample first with ``--stage sample``;
+every rank reads its slice of the shards of the shared ``DIR/samples``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,13 +49,13 @@ __all__ = [
     "run",
     "main",
     "load_lm",
-    "sample_sequences",
+    "lm_vocabulary",
     "load_samples",
     "bigram_heldout_ll",
+    "write_report",
 ]
 
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 
 # ---------------------------------------------------------------------------- LM loading
 
@@ -123,69 +127,8 @@ def lm_vocabulary(tokenizer, model):
     return smollm2_vocabulary(tokenizer, model)
 
 
-# ---------------------------------------------------------------------------- sampling
 
-
-def _start_ids(tokenizer) -> list[int]:
-    for t in ("<|endoftext|>",):
-        i = tokenizer.convert_tokens_to_ids(t)
-        if isinstance(i, int) and i != tokenizer.unk_token_id and i is not None:
-            return [i]
-    if tokenizer.bos_token_id is not None:
-        return [int(tokenizer.bos_token_id)]
-    return [0]
-
-
-@torch.inference_mode()
-def sample_sequences(
-    model, tokenizer, *, n: int, max_length: int, prompts: list[str] | None, seed: int,
-    device: torch.device, first_prompt: int = 0, eos_token_ids: tuple[int, ...] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ancestral samples (temperature 1): int32 tokens [n, max_length] (0-padded after the
-    sequence's end) and int64 lengths [n] (a sequence ends at and includes its first EOS).
-
-    Prompt ``first_prompt + i`` (cycled) conditions row ``i``; prompts are left-padded."""
-    if eos_token_ids is None:
-        eos_token_ids = () if tokenizer.eos_token_id is None else (int(tokenizer.eos_token_id),)
-    eos = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long)
-    if prompts:
-        ids = [tokenizer(prompts[(first_prompt + i) % len(prompts)],
-                         add_special_tokens=False)["input_ids"] for i in range(n)]
-    else:
-        ids = [_start_ids(tokenizer) for _ in range(n)]
-    P = max(len(x) for x in ids)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    inp = torch.full((n, P), pad, dtype=torch.long)
-    att = torch.zeros((n, P), dtype=torch.long)
-    for i, x in enumerate(ids):
-        inp[i, P - len(x):] = torch.tensor(x)
-        att[i, P - len(x):] = 1
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    out = torch.zeros((n, max_length), dtype=torch.int32)
-    done = torch.zeros(n, dtype=torch.bool)
-    lengths = torch.full((n,), max_length, dtype=torch.int64)
-    inp, att = inp.to(device), att.to(device)
-    pos = (att.cumsum(-1) - 1).clamp(min=0)
-    past = None
-    cur_ids, cur_pos = inp, pos
-    for t in range(max_length):
-        o = model(input_ids=cur_ids, attention_mask=att, position_ids=cur_pos,
-                  past_key_values=past, use_cache=True)
-        past = o.past_key_values
-        probs = torch.softmax(o.logits[:, -1, :].float(), dim=-1).cpu()
-        nxt = torch.multinomial(probs, 1, generator=g).squeeze(1)
-        nxt = torch.where(done, torch.zeros_like(nxt), nxt)
-        out[:, t] = nxt.to(torch.int32)
-        if eos.numel():
-            newly = (~done) & torch.isin(nxt, eos)
-            lengths[newly] = t + 1
-            done |= newly
-        if bool(done.all()):
-            break
-        cur_ids = nxt.view(n, 1).to(device)
-        cur_pos = cur_pos[:, -1:] + 1
-        att = torch.cat([att, torch.ones((n, 1), dtype=att.dtype, device=device)], dim=1)
-    return out, lengths
+# ---------------------------------------------------------------------------- samples
 
 
 def load_samples(sample_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,46 +143,42 @@ def load_samples(sample_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return toks, torch.cat([p["lengths"].long() for p in parts])
 
 
-def _ensure_samples(args, model_tok, device, log) -> Path:
-    sample_dir = Path(args.out) / "samples"
-    sample_dir.mkdir(parents=True, exist_ok=True)
-    meta_path = sample_dir / "meta.json"
-    prompts = None
-    if args.prompts:
-        prompts = [ln.rstrip("\n") for ln in open(args.prompts, encoding="utf-8") if ln.strip()]
-    meta = {"model": args.model, "max_length": args.max_length, "seed": args.seed,
-            "batch": args.sample_batch_size, "prompts": args.prompts}
-    if meta_path.exists():
-        old = json.loads(meta_path.read_text())
-        if old != meta:
-            raise InvalidArgumentError(f"{sample_dir} holds samples drawn with {old}, not {meta}")
-    else:
-        meta_path.write_text(json.dumps(meta))
-    nb = math.ceil(args.num_samples / args.sample_batch_size)
-    todo = [i for i in range(nb) if not (sample_dir / f"batch_{i:05d}.pt").exists()]
-    if not todo:
-        return sample_dir
+
+
+def _store_config(args, prompt_ids) -> dict:
+    from .samples import prompts_fingerprint
+
+    return {"model": args.model, "num_samples": args.num_samples, "shard_size": args.shard_size,
+            "max_length": args.max_length, "seed": args.seed,
+            "samples_per_prompt": args.samples_per_prompt, "store_hidden": bool(args.lvd),
+            "num_prompts": len(prompt_ids) if args.prompts else 0,
+            "prompts_sha256": prompts_fingerprint(prompt_ids),
+            "chat_template": not args.no_chat_template}
+
+
+def _ensure_samples(args, model_tok, log):
+    from .samples import SampleStore, encode_prompts, load_prompts
+
     model, tok = model_tok()
-    eos_ids = lm_vocabulary(tok, model).eos_token_ids
-    t0 = time.perf_counter()
-    ntok = 0
-    for k, i in enumerate(todo):
-        b = min(args.sample_batch_size, args.num_samples - i * args.sample_batch_size)
-        toks, lens = sample_sequences(
-            model, tok, n=b, max_length=args.max_length, prompts=prompts,
-            seed=args.seed * 1_000_003 + i, device=device, first_prompt=i * args.sample_batch_size,
-            eos_token_ids=eos_ids,
-        )
-        tmp = sample_dir / f"batch_{i:05d}.pt.tmp"
-        torch.save({"tokens": toks, "lengths": lens}, tmp)
-        os.replace(tmp, sample_dir / f"batch_{i:05d}.pt")
-        ntok += int(lens.sum())
-        dt = time.perf_counter() - t0
-        log({"event": "sample", "batch": i, "of": nb, "tokens": int(lens.sum()),
-             "tokens_per_s": ntok / dt, "seconds": dt})
-        print(f"[sample] batch {k + 1}/{len(todo)} (id {i}): {int(lens.sum())} tokens, "
-              f"{ntok / dt:.1f} tok/s, {dt:.0f} s", file=sys.stderr, flush=True)
-    return sample_dir
+    prompts = load_prompts(args.prompts) if args.prompts else None
+    if prompts is None:
+        print("[distill] warning: no --prompts, sampling unconditionally; the paper distils "
+              "per task from the task's prompts", file=sys.stderr)
+    ids = encode_prompts(tok, prompts, None if not args.no_chat_template else False)
+    store = SampleStore(Path(args.out) / "samples", _store_config(args, ids))
+    eos = lm_vocabulary(tok, model).eos_token_ids
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    store.fill(model, ids, batch_size=args.sample_batch_size, eos_token_ids=eos,
+               pad_token_id=pad, log=log, progress=not args.no_progress)
+    return store
+
+
+def _open_store(out: Path):
+    from .samples import SampleStore
+
+    if (out / "samples" / "manifest.json").exists():
+        return SampleStore(out / "samples")
+    return None
 
 
 # ---------------------------------------------------------------------------- baselines
@@ -278,6 +217,7 @@ def bigram_heldout_ll(train: torch.Tensor, train_len: torch.Tensor, test: torch.
     return float(ll) / int(test_len.sum())
 
 
+
 # ---------------------------------------------------------------------------- CLI
 
 
@@ -286,9 +226,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden-size", "-H", type=int, default=256, help="HMM hidden states H")
     p.add_argument("--num-samples", type=int, default=1024, help="sequences sampled from the LM")
     p.add_argument("--max-length", type=int, default=128, help="tokens per sampled sequence")
-    p.add_argument("--out", required=True, help="output folder (samples, checkpoint, hmm, log)")
-    p.add_argument("--prompts", default=None, help="file of prompts, one per line (cycled)")
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--out", required=True,
+                   help="output folder (samples/, checkpoint/, hmm/, log.jsonl, summary.json)")
+    p.add_argument("--prompts", default=None,
+                   help="task prompts: a file, one per line, or JSONL (a string, a list of chat "
+                        "messages, or an object with 'messages'/'prompt'/'text'); cycled")
+    p.add_argument("--samples-per-prompt", type=int, default=1,
+                   help="answers sampled per prompt (its KV cache is prefilled once)")
+    p.add_argument("--no-chat-template", action="store_true",
+                   help="use the prompts' raw text, not the tokenizer's chat template")
+    p.add_argument("--lvd", action="store_true",
+                   help="store the LM's hidden states and initialise EM by latent variable "
+                        "distillation (k-means into H clusters) instead of randomly")
+    p.add_argument("--lvd-dim", type=int, default=64, help="PCA dimensions before k-means")
+    p.add_argument("--kmeans-iterations", type=int, default=25)
+    p.add_argument("--kmeans-sample-size", type=int, default=262_144,
+                   help="positions k-means is fitted on (all positions are then assigned)")
+    p.add_argument("--epochs", type=int, default=20, help="at most this many EM epochs")
+    p.add_argument("--patience", type=int, default=2,
+                   help="stop after this many epochs without held-out improvement (0: never)")
+    p.add_argument("--min-delta", type=float, default=1e-4,
+                   help="held-out LL/token gain that counts as an improvement")
     p.add_argument("--batch-size", type=int, default=256, help="EM mini-batch (sequences)")
     p.add_argument("--step-size", type=float, default=1.0,
                    help="mini-batch EM blend: θ ← (1-η)θ + η·M-step(batch)")
@@ -296,13 +254,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pseudocount per entry of π and A (and the bigram baseline's smoothing)")
     p.add_argument("--emission-pseudocount", type=float, default=1.0,
                    help="total prior mass per row of B, spread as the smoothed training unigram")
-    p.add_argument("--heldout-fraction", type=float, default=0.1)
+    p.add_argument("--holdout", "--heldout-fraction", dest="heldout_fraction", type=float,
+                   default=0.1, help="fraction of the prompts (or sequences) held out")
     p.add_argument("--sample-batch-size", type=int, default=64)
+    p.add_argument("--shard-size", type=int, default=256, help="sequences per sample shard")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--resume", action="store_true", help="continue EM from DIR/checkpoint")
+    p.add_argument("--device", default="auto", help="auto (GPU if available) | cpu | cuda")
+    p.add_argument("--world-size", type=int, default=1,
+                   help="data-parallel EM over N local processes (torch.distributed; gloo on "
+                        "CPU, nccl on GPU); under torchrun the launcher's world is used")
     p.add_argument("--stage", choices=["all", "sample", "train"], default="all",
-                   help="only sample (fill the cache), only train (on cached samples), or both")
+                   help="only sample (fill the store), only train (on stored samples), or both")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads (1 is fastest on oversubscribed shared cores)")
@@ -310,21 +273,54 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write PATH.md and PATH.json (bench/results style) at the end")
 
 
+def _split(args, out: Path, store, with_hidden: bool, shards=None):
+    """(train Samples-like, held-out Samples-like, vocabulary info)."""
+    from .samples import Samples, heldout_mask
+
+    if store is None:  # a folder of the older batch_*.pt layout
+        toks, lens = load_samples(out / "samples")
+        toks, lens = toks[: args.num_samples], lens[: args.num_samples]
+        n_ho = max(1, int(round(args.heldout_fraction * toks.shape[0])))
+        z = torch.zeros(toks.shape[0], dtype=torch.long)
+        S = Samples(toks, lens, z, torch.zeros(toks.shape, dtype=torch.float32), None,
+                    torch.arange(toks.shape[0]))
+        m = torch.zeros(toks.shape[0], dtype=torch.bool)
+        m[-n_ho:] = True
+        return S.select(~m), S.select(m), False
+    S = store.load(shards, with_hidden=with_hidden)
+    m = heldout_mask(S, num_prompts=int(store.config.get("num_prompts", 0)),
+                     fraction=args.heldout_fraction, seed=args.seed)
+    return S.select(~m), S.select(m), True
+
+
+def _vocab_info(out: Path, model_tok) -> dict:
+    vocab_path = out / "vocabulary.json"
+    if vocab_path.exists():
+        return json.loads(vocab_path.read_text())
+    model, tok = model_tok()
+    voc = lm_vocabulary(tok, model)
+    vinfo = {"size": voc.size, "fingerprint": voc.fingerprint,
+             "eos_token_ids": list(voc.eos_token_ids)}
+    vocab_path.write_text(json.dumps(vinfo))
+    return vinfo
+
+
 def run(args: argparse.Namespace) -> int:
+    from .samples import auto_device
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if getattr(args, "threads", None):
         torch.set_num_threads(int(args.threads))
-    if args.device == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(args.device)
+    device = auto_device(args.device)
     torch.manual_seed(args.seed)
-    logf = open(out / "log.jsonl", "a", encoding="utf-8")
+    torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    rank = int(os.environ.get("RANK", "0")) if torchrun else 0
+    logf = open(out / ("log.jsonl" if rank == 0 else f"log.rank{rank}.jsonl"), "a",
+                encoding="utf-8")
 
     def log(rec: dict) -> None:
-        rec = {"time": time.time(), **rec}
-        logf.write(json.dumps(rec) + "\n")
+        logf.write(json.dumps({"time": time.time(), **rec}) + "\n")
         logf.flush()
 
     cache: dict = {}
@@ -336,54 +332,182 @@ def run(args: argparse.Namespace) -> int:
         return cache["m"]
 
     log({"event": "start", "args": {k: v for k, v in vars(args).items() if not k.startswith("_")}})
-    sample_dir = out / "samples"
-    if args.stage in ("all", "sample"):
-        sample_dir = _ensure_samples(args, model_tok, device, log)
-        if args.stage == "sample":
-            return 0
-    from .em import fit  # local: keeps `--help` fast
+    try:
+        if args.stage in ("all", "sample"):
+            if torchrun and rank != 0:
+                raise InvalidArgumentError("sample with one process (--stage sample), then "
+                                           "train under torchrun (--stage train)")
+            _ensure_samples(args, model_tok, log)
+            if args.stage == "sample":
+                return 0
+        vinfo = _vocab_info(out, model_tok)
+        if torchrun or args.world_size > 1:
+            return _run_distributed(args, out, vinfo, device, log)
+        return _train(args, out, vinfo, device, log)
+    finally:
+        logf.close()
 
-    toks, lens = load_samples(sample_dir)
-    toks, lens = toks[: args.num_samples], lens[: args.num_samples]
-    vocab_path = out / "vocabulary.json"
-    if vocab_path.exists():
-        vinfo = json.loads(vocab_path.read_text())
-    else:
-        model, tok = model_tok()
-        voc = lm_vocabulary(tok, model)
-        vinfo = {"size": voc.size, "fingerprint": voc.fingerprint,
-                 "eos_token_ids": list(voc.eos_token_ids)}
-        vocab_path.write_text(json.dumps(vinfo))
+
+def _train(args, out: Path, vinfo: dict, device, log) -> int:
+    from .em import fit
+
+    store = _open_store(out)
+    tr, ho, _ = _split(args, out, store, with_hidden=bool(args.lvd))
     V = int(vinfo["size"])
-    n_ho = max(1, int(round(args.heldout_fraction * toks.shape[0])))
-    tr, tr_len = toks[:-n_ho], lens[:-n_ho]
-    ho, ho_len = toks[-n_ho:], lens[-n_ho:]
-    print(f"[distill] {tr.shape[0]} training sequences ({int(tr_len.sum())} tokens), "
-          f"{n_ho} held out ({int(ho_len.sum())} tokens), V={V}, H={args.hidden_size}",
-          file=sys.stderr, flush=True)
-    bigram = bigram_heldout_ll(tr, tr_len, ho, ho_len, V, pseudocount=args.pseudocount)
-    log({"event": "bigram", "heldout_ll_per_token": bigram})
-    print(f"[distill] bigram baseline held-out LL/token: {bigram:.4f}", file=sys.stderr)
+    print(f"[distill] {len(tr)} training sequences ({tr.num_tokens} tokens), {len(ho)} held "
+          f"out ({ho.num_tokens} tokens), V={V}, H={args.hidden_size}", file=sys.stderr,
+          flush=True)
+    base = _baselines(args, tr, ho, V, store is not None)
+    log({"event": "baselines", **base})
+    init = None
+    if args.lvd and not (args.resume and (out / "checkpoint" / "state.json").exists()):
+        init = _lvd(args, tr, V, vinfo, device)
     hmm = fit(
-        tr, tr_len, ho, ho_len, hidden_size=args.hidden_size, vocab_size=V,
-        epochs=args.epochs, batch_size=args.batch_size, pseudocount=args.pseudocount,
-        step_size=args.step_size, seed=args.seed, device=device, checkpoint=out / "checkpoint",
-        resume=args.resume, log=log, progress=not args.no_progress,
-        fingerprint=vinfo["fingerprint"], emission_pseudocount=args.emission_pseudocount,
+        tr.tokens, tr.lengths, ho.tokens, ho.lengths, hidden_size=args.hidden_size,
+        vocab_size=V, epochs=args.epochs, batch_size=args.batch_size,
+        pseudocount=args.pseudocount, step_size=args.step_size, seed=args.seed, device=device,
+        checkpoint=out / "checkpoint", resume=args.resume, log=log, init=init,
+        patience=args.patience or None, min_delta=args.min_delta,
+        progress=not args.no_progress, fingerprint=vinfo["fingerprint"],
+        emission_pseudocount=args.emission_pseudocount,
     )
+    return _finish(args, out, hmm, ho, base, tr.num_tokens, V, device, log)
+
+
+def _lvd(args, tr, V, vinfo, device):
+    from .em import smoothed_unigram
+    from .lvd import lvd_init
+
+    if tr.hidden is None:
+        raise InvalidArgumentError("--lvd needs samples stored with hidden states: sample "
+                                   "with --lvd into a fresh --out folder")
+    t0 = time.perf_counter()
+    prior = smoothed_unigram(tr.tokens, tr.lengths, V, args.pseudocount)
+    init = lvd_init(tr.tokens, tr.lengths, tr.hidden, hidden_size=args.hidden_size,
+                    vocab_size=V, pseudocount=args.pseudocount,
+                    emission_pseudocount=args.emission_pseudocount, emission_prior=prior,
+                    sample_size=args.kmeans_sample_size, dim=args.lvd_dim,
+                    iterations=args.kmeans_iterations, seed=args.seed,
+                    fingerprint=vinfo["fingerprint"]).to(device)
+    print(f"[distill] LVD initialisation: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return init
+
+
+def _baselines(args, tr, ho, V, have_lm: bool) -> dict:
+    bigram = bigram_heldout_ll(tr.tokens, tr.lengths, ho.tokens, ho.lengths, V,
+                               pseudocount=args.pseudocount)
+    base = {"bigram_heldout_ll_per_token": bigram}
+    msg = f"bigram {bigram:.4f}"
+    if have_lm:
+        lm = float(ho.lm_logprob.double().sum()) / max(1, ho.num_tokens)
+        base["lm_heldout_ll_per_token"] = lm
+        msg += f", LM (prompted) {lm:.4f}"
+    print(f"[distill] held-out LL/token baselines: {msg}", file=sys.stderr, flush=True)
+    return base
+
+
+def _finish(args, out, hmm, ho, base, train_tokens, V, device, log) -> int:
+    from .em import heldout_ll_per_token
+
     hmm.save(out / "hmm")
-    final = hmm.to(device).log_likelihood(ho.to(device), ho_len.to(device)).sum().item()
-    final /= int(ho_len.sum())
-    summary = {"event": "done", "heldout_ll_per_token": final,
-               "bigram_heldout_ll_per_token": bigram,
-               "train_tokens": int(tr_len.sum()), "heldout_tokens": int(ho_len.sum()),
-               "hidden_size": args.hidden_size, "vocab_size": V}
+    final = heldout_ll_per_token(hmm.to(device), ho.tokens, ho.lengths)
+    summary = {"event": "done", "heldout_ll_per_token": final, **base,
+               "train_tokens": int(train_tokens), "heldout_tokens": ho.num_tokens,
+               "hidden_size": args.hidden_size, "vocab_size": V, "lvd": bool(args.lvd),
+               "best_epoch": hmm.meta.get("best_epoch")}
     log(summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(f"[distill] HMM held-out LL/token {final:.4f} vs bigram {bigram:.4f}", file=sys.stderr)
-    logf.close()
+    print(f"[distill] HMM held-out LL/token {final:.4f} vs bigram "
+          f"{base['bigram_heldout_ll_per_token']:.4f}", file=sys.stderr)
     if getattr(args, "report", None):
         write_report(out, Path(args.report), args)
+    return 0
+
+
+# ---------------------------------------------------------------------------- data-parallel
+
+
+def _run_distributed(args, out: Path, vinfo: dict, device, log) -> int:
+    if _open_store(out) is None:
+        raise InvalidArgumentError(f"data-parallel EM reads a sample store ({out}/samples/"
+                                   "manifest.json); sample with this version first")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun
+        import torch.distributed as dist
+
+        from .em_distributed import default_backend
+
+        dist.init_process_group(default_backend(device))
+        try:
+            return _dp_worker(args, out, vinfo, device, log)
+        finally:
+            dist.destroy_process_group()
+    import torch.multiprocessing as mp
+
+    fd, init_file = tempfile.mkstemp(prefix="tractable_dp_")
+    os.close(fd)
+    os.unlink(init_file)
+    try:
+        mp.spawn(_spawned, args=(args.world_size, init_file, args, vinfo), nprocs=args.world_size,
+                 join=True)
+    finally:
+        if os.path.exists(init_file):
+            os.unlink(init_file)
+    return 0
+
+
+def _spawned(rank: int, world: int, init_file: str, args, vinfo: dict) -> None:
+    import torch.distributed as dist
+
+    from .em_distributed import default_backend
+    from .samples import auto_device
+
+    device = auto_device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.set_num_threads(int(args.threads or 1))
+    dist.init_process_group(default_backend(device), init_method=f"file://{init_file}",
+                            rank=rank, world_size=world)
+    out = Path(args.out)
+    logf = open(out / ("log.jsonl" if rank == 0 else f"log.rank{rank}.jsonl"), "a",
+                encoding="utf-8")
+    try:
+        _dp_worker(args, out, vinfo, device,
+                   lambda rec: (logf.write(json.dumps({"time": time.time(), **rec}) + "\n"),
+                                logf.flush()))
+    finally:
+        logf.close()
+        dist.destroy_process_group()
+
+
+def _dp_worker(args, out: Path, vinfo: dict, device, log) -> int:
+    import torch.distributed as dist
+
+    from .em_distributed import fit_distributed
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    store = _open_store(out)
+    mine = store.finished()[rank::world]
+    if not mine:
+        raise InvalidArgumentError(f"rank {rank}: no sample shard for this rank "
+                                   f"({len(store.finished())} shards, {world} ranks)")
+    tr, ho, _ = _split(args, out, store, with_hidden=bool(args.lvd), shards=mine)
+    V = int(vinfo["size"])
+    hmm = fit_distributed(
+        tr.tokens, tr.lengths, ho.tokens, ho.lengths, hidden_size=args.hidden_size,
+        vocab_size=V, epochs=args.epochs, batch_size=args.batch_size,
+        pseudocount=args.pseudocount, emission_pseudocount=args.emission_pseudocount,
+        seed=args.seed, device=device, patience=args.patience or None,
+        min_delta=args.min_delta, log=log, fingerprint=vinfo["fingerprint"],
+        hidden=tr.hidden if args.lvd else None,
+        lvd_options={"sample_size": args.kmeans_sample_size, "dim": args.lvd_dim,
+                     "iterations": args.kmeans_iterations})
+    if rank == 0:
+        hmm.save(out / "hmm")
+        summary = {"event": "done", "heldout_ll_per_token": hmm.meta["heldout_ll_per_token"],
+                   "hidden_size": args.hidden_size, "vocab_size": V, "lvd": bool(args.lvd),
+                   "world_size": world, "best_epoch": hmm.meta.get("best_epoch")}
+        log(summary)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return 0
 
 
@@ -423,6 +547,7 @@ def write_report(out: Path, path: Path, args: argparse.Namespace | None = None) 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.with_suffix(".md").write_text("\n".join(md) + "\n")
     path.with_suffix(".json").write_text(json.dumps({"summary": summary, "log": recs}, indent=1))
+
 
 
 def main(argv: list[str] | None = None) -> int:

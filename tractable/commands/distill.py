@@ -1,10 +1,17 @@
-"""``tractable distill``: distill an HMM from a language model (:mod:`tractable.hmm.distill`)."""
+"""``tractable distill``: distill an HMM from a language model (:mod:`tractable.hmm.distill`).
+
+Task-conditioned samples (``--prompts FILE``, chat template), LVD initialisation (``--lvd``),
+EM with held-out early stopping (``--holdout``, ``--patience``), data-parallel EM
+(``--world-size N`` local processes, or under torchrun:
+``torchrun --nproc-per-node N -m tractable.hmm.distill --stage train --out DIR ...``).
+"""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = ("distill an HMM from an LM (sample, then mini-batch EM); "
+HELP = ("distill an HMM from an LM: task-prompted samples (sharded, resumable), LVD init "
+        "(--lvd), EM with held-out early stopping, data-parallel EM (--world-size / torchrun); "
         "same as python -m tractable.hmm.distill")
 
 
