@@ -49,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "AutomatonFileNotFoundError": "tractable.fsa.errors",
     "EmptyLanguageError": "tractable.fsa.errors",
     "UnsatisfiableBudgetError": "tractable.fsa.errors",
+    "ForeignStateError": "tractable.fsa.errors",
     "UnsupportedSchemaError": "tractable.fsa.errors",
     "InvalidSchemaError": "tractable.fsa.errors",
     "UnresolvedReferenceError": "tractable.fsa.errors",
