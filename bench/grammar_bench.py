@@ -5,6 +5,7 @@
     .venv/bin/python bench/grammar_bench.py sql_states  # -> results/grammar_sql_states.{md,json}
     .venv/bin/python bench/grammar_bench.py cost        # -> results/grammar_cost.{md,json}
     .venv/bin/python bench/grammar_bench.py samples     # -> results/grammar_under_samples.{md,json}
+    .venv/bin/python bench/grammar_bench.py limits      # -> results/grammar_limits.{md,json}
 
 Reads ../shared/data (not available to tests).  Tokenizer: fixtures/tokenizers/llama3.
 """
@@ -397,7 +398,7 @@ def sql_states(args) -> None:
 
     from tractable.fsa.automaton import TokenAutomaton
     from tractable.fsa.errors import TractableError
-    from tractable.fsa.grammar_approx import subset_construction
+    from tractable.fsa.grammar.approx import subset_construction
     from tractable.fsa.vocabulary import TokenVocabulary
 
     from tractable.grammar import grammar_to_nfa, parse_grammar
@@ -460,7 +461,7 @@ def sql_states(args) -> None:
                     f"--dfa-states {args.dfa_states} --mem-gb {args.mem_gb}"
                     + (" --token" if args.token else "")),
              "Character level = our byte NFA (finalized, ε-free).  DFA = subset construction "
-             "over byte classes (`tractable.fsa.grammar_approx.subset_construction`, numpy; "
+             "over byte classes (`tractable.fsa.grammar.approx.subset_construction`, numpy; "
              f"stops at {args.dfa_states:,} states or {args.limit} s and then reports "
              "\"> N\"); states are reachable non-empty subsets (no dead state), and the "
              "minimal DFA's states (Moore refinement) when it finished.  It agrees with "
@@ -510,7 +511,7 @@ def side_by_side(text: str, syntax: str, sentences: list[str], tok, hf, lt) -> d
     ``gbnf_to_lark``.  A peer that rejects a sentence is counted and the sentence skipped.
     """
     import numpy as np
-    from tractable.fsa.grammar_gbnf import to_gbnf
+    from tractable.fsa.grammar import to_gbnf
 
     from tractable.grammar import Checker, parse_grammar
 
@@ -633,7 +634,7 @@ def cost(args) -> None:
              "consume/accept the gold token.  These measure different things: a mask answers "
              "all 128,256 tokens at once, our probe answers one (AWRS probes a handful per "
              "token).  The Spider Lark grammar reaches xgrammar (no Lark front end) through "
-             "`tractable.fsa.grammar_gbnf.to_gbnf` (terminals as code-point right-linear rules); "
+             "`tractable.fsa.grammar.to_gbnf` (terminals as code-point right-linear rules); "
              "the GBNF grammar reaches llguidance through its `gbnf_to_lark`.", ""]
     for title, r in res.items():
         lines += [f"## {title}", "",
@@ -662,9 +663,101 @@ def cost(args) -> None:
     print("\n".join(lines))
 
 
+# --------------------------------------------------------------------------- limits (issue 23)
+
+_C_GBNF = 'open("tests/data/grammars/c.gbnf").read()'
+#: case -> (Python expression of the grammar text, what to run: over | under2 | compile-under2)
+LIMIT_CASES = {
+    "lark chain 10k rules": ('"start: r0\\n" + "".join(f"r{i}: r{i+1}\\n" for i in range(9999))'
+                             ' + \'r9999: "x" | "(" r0 ")"\\n\'', "over"),
+    "lark 3,000 nested ( )": ('"start: " + "(" * 3000 + \'"x"\' + ")" * 3000 + "\\n"', "over"),
+    "gbnf chain 10k rules": ('"root ::= r0\\n" + "".join(f"r{i} ::= r{i+1}\\n" for i in '
+                             'range(9999)) + \'r9999 ::= "x"\\n\'', "over"),
+    "gbnf chain 10k copies (+\"a\")": ('"root ::= r0\\n" + "".join(f\'r{i} ::= r{i+1} "a"\\n\' '
+                                      'for i in range(9999)) + \'r9999 ::= "x"\\n\'', "over"),
+    "gbnf 50k-symbol sequence": ('"root ::= " + " ".join(\'"a"\' if i % 2 else "[b-c]" for i in '
+                                 'range(50000)) + "\\n"', "over"),
+    "gbnf 3,000 nested ( )": ('"root ::= " + "(" * 3000 + \'"x"\' + ")" * 3000 + "\\n"', "over"),
+    "c.gbnf under depth 2, byte NFA": (_C_GBNF, "under2"),
+    "c.gbnf under depth 2, Llama-3 tokens": (_C_GBNF, "compile-under2"),
+}
+#: the same cases at commit 5909f85 (flat fsa/grammar_*.py, hand-written Lark parser), each
+#: measured right before / after the new code on the same loaded 2-core box (2026-11-25)
+LIMITS_BEFORE = {
+    "lark chain 10k rules": "RecursionError (untyped) after 1.1 s",
+    "lark 3,000 nested ( )": "RecursionError (untyped) after 0.1 s",
+    "gbnf chain 10k rules": "ok, 13.2 s (a quadratic productivity sweep)",
+    "gbnf chain 10k copies (+\"a\")": "hang > 120 s (quadratic lexicalization)",
+    "gbnf 50k-symbol sequence": "ok, 6.9 s",
+    "gbnf 3,000 nested ( )": "RecursionError (untyped) after 0.1 s",
+    "c.gbnf under depth 2, byte NFA": "ok, 6.7 s",
+    "c.gbnf under depth 2, Llama-3 tokens": "ok, 11.5 s on a quiet box (lift 9.8 s), 2.2 GB",
+}
+_LIMIT_CHILD = r"""
+import json, resource, sys, time, warnings
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+warnings.simplefilter("ignore")
+from tractable.fsa.errors import TractableError
+from tractable.fsa.grammar import compile_grammar, grammar_to_nfa
+text, what = eval(sys.argv[1]), sys.argv[2]
+vocab = None
+if what.startswith("compile"):
+    from tractable.fsa.vocabulary import TokenVocabulary
+    vocab = TokenVocabulary.from_tokenizer_file(sys.argv[3])
+t = time.perf_counter()
+try:
+    if vocab is not None:
+        out = "ok, %d token states" % compile_grammar(text, vocab, max_depth=2).num_states
+    else:
+        mode = "under" if what == "under2" else "over"
+        nfa = grammar_to_nfa(text, approximation=mode, max_depth=2)
+        out = "ok, %d byte states" % nfa.num_states
+except TractableError as e:
+    out = "%s: %s" % (type(e).__name__, str(e)[:160])
+except BaseException as e:
+    out = "UNTYPED %s: %s" % (type(e).__name__, str(e)[:160])
+print(json.dumps({"s": time.perf_counter() - t, "out": out,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}))
+"""
+
+
+def limits(args) -> None:
+    """Each hostile grammar in a fresh subprocess (4 GiB address space, --limit seconds)."""
+    import subprocess
+
+    rows = []
+    for case, (expr, what) in LIMIT_CASES.items():
+        t = time.perf_counter()
+        try:
+            p = subprocess.run([sys.executable, "-c", _LIMIT_CHILD, expr, what, str(TOK)],
+                               capture_output=True, text=True, timeout=args.limit, cwd=ROOT)
+            last = (p.stdout.strip().splitlines() or ["{}"])[-1]
+            r = json.loads(last) if last.startswith("{") else {"out": "crash: " + p.stderr[-200:]}
+        except subprocess.TimeoutExpired:
+            r = {"out": f"hang > {args.limit} s"}
+        r.update(case=case, wall_s=time.perf_counter() - t, before=LIMITS_BEFORE[case])
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    (OUT / "grammar_limits.json").write_text(json.dumps(rows, indent=1))
+    lines = ["# Hostile grammars: time and peak memory (issue 23)", "",
+             header(f"python bench/grammar_bench.py limits --limit {args.limit}"),
+             "Each case in a fresh subprocess (4 GiB address space).  `s` = the call itself "
+             "(parse + approximation, or + lift for the token case); RSS = the process's peak "
+             "(Python + torch + tractable ≈ 220 MB of it).  Before = the same harness at commit "
+             "5909f85 (flat modules, hand-written Lark parser).", "",
+             "| case | before | after | s | peak RSS MB |", "|---|---|---|---|---|"]
+    for r in rows:
+        s_ = f"{r['s']:.2f}" if "s" in r else "—"
+        lines.append(f"| {r['case']} | {r['before']} | {r['out']} | {s_} | "
+                     f"{r.get('rss_mb', '—')} |")
+    (OUT / "grammar_limits.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["coverage", "gold", "sql_states", "cost", "one", "samples"])
+    ap.add_argument("what", choices=["coverage", "gold", "sql_states", "cost", "one", "samples",
+                                     "limits"])
     ap.add_argument("--path", help="grammar file for `one`")
     ap.add_argument("--mem-gb", type=int, default=6)
     ap.add_argument("--limit", type=int, default=120, help="seconds per compile / DFA")
@@ -681,7 +774,7 @@ def main() -> int:
     args = ap.parse_args()
     sys.setrecursionlimit(10000)
     {"coverage": coverage, "gold": gold, "sql_states": sql_states, "cost": cost,
-     "one": coverage_one, "samples": under_samples}[args.what](args)
+     "one": coverage_one, "samples": under_samples, "limits": limits}[args.what](args)
     return 0
 
 

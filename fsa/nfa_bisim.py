@@ -5,7 +5,7 @@ each block) and states with the same past (backward: start-ness and the same mas
 block); either merge leaves the language unchanged.  Unlike :func:`~.nfa.reduce_states`, which
 merges only identical rows (a least fixpoint), this computes the coarsest partition (greatest
 fixpoint) by hashed signature refinement in numpy, so copies of a sub-automaton with loops merge
-too.  The grammar approximations (:mod:`.grammar_approx`) use it to shrink every "under"
+too.  The grammar approximations (:mod:`.grammar.approx`) use it to shrink every "under"
 nonterminal automaton.
 """
 

@@ -410,7 +410,7 @@ def _live_states(dfa) -> int:
                                         ("chess.gbnf", "over")])
 def test_subset_construction_matches_automata_lib(name, mode):
     from automata.fa.dfa import DFA
-    from tractable.fsa.grammar_approx import subset_construction
+    from tractable.fsa.grammar.approx import subset_construction
 
     nfa = _under(_read(name), 1) if mode == "under" else grammar_to_nfa(_read(name))
     d = subset_construction(nfa)
@@ -429,7 +429,7 @@ def test_subset_construction_matches_automata_lib(name, mode):
 
 
 def test_subset_construction_stops_honestly():
-    from tractable.fsa.grammar_approx import subset_construction
+    from tractable.fsa.grammar.approx import subset_construction
 
     nfa = _under(_read("json.gbnf"), 1)
     d = subset_construction(nfa, max_states=100)
@@ -443,7 +443,7 @@ def test_subset_construction_stops_honestly():
 @pytest.mark.parametrize("name, mode", [("json.gbnf", "over"), ("json.gbnf", "under"),
                                         ("smiles.lark", "over"), ("arithmetic.gbnf", "under")])
 def test_bisim_reduce_keeps_the_language(name, mode):
-    from tractable.fsa.grammar_approx import bisim_reduce, subset_construction
+    from tractable.fsa.grammar.approx import bisim_reduce, subset_construction
 
     nfa = _under(_read(name), 1) if mode == "under" else grammar_to_nfa(_read(name))
     r = bisim_reduce(nfa)
@@ -462,8 +462,8 @@ def test_bisim_reduce_keeps_the_language(name, mode):
 
 
 def test_sql_feedback_arcs_are_the_bracketed_calls():
-    from tractable.fsa.grammar_approx import _analyse
-    from tractable.fsa.grammar_cfg import prepare
+    from tractable.fsa.grammar.cfg import prepare
+    from tractable.fsa.grammar.scc import _analyse
 
     pc = prepare(parse_grammar(_read("sql.lark")))
     (info,) = [s for s in _analyse(pc)
@@ -500,7 +500,7 @@ def test_sql_under_accepts_gold_within_depth():
 @pytest.mark.parametrize("name", ["smiles.lark", "cars_json.lark",
                                   pytest.param("sql.lark", marks=pytest.mark.slow)])
 def test_to_gbnf_keeps_the_language(name):
-    from tractable.fsa.grammar_gbnf import to_gbnf
+    from tractable.fsa.grammar import to_gbnf
 
     text = _read(name)
     g = parse_grammar(text)
@@ -597,7 +597,7 @@ def test_over_superset_and_under_subset_on_random_grammars(share_min, monkeypatc
     """Brute force: on random grammars, every string of length <= 6 that Lark's Earley parser
     accepts is accepted by "over" (without sharing, sharing everything, sharing a mix),
     and every string "under" accepts is accepted by Lark."""
-    from tractable.fsa import grammar_approx as GA
+    from tractable.fsa.grammar import approx as GA
 
     force_share = share_min is not None
     if force_share:  # 0: share everything (Mohri–Nederhof); 16: a mix of copy / expand / share
@@ -641,7 +641,7 @@ def _sample_deep(rng: random.Random, j: int) -> str:
 
 
 def test_over_shares_a_deep_non_recursive_hierarchy():
-    from tractable.fsa.grammar_approx import approximate
+    from tractable.fsa.grammar.approx import approximate
 
     text = _deep_hierarchy(18)
     g = parse_grammar(text, syntax="lark")

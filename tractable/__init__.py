@@ -54,6 +54,8 @@ _EXPORTS: dict[str, str] = {
     "InvalidSchemaError": "tractable.fsa.errors",
     "UnresolvedReferenceError": "tractable.fsa.errors",
     "GrammarError": "tractable.fsa.errors",
+    "GrammarLimitError": "tractable.fsa.grammar",
+    "LarkNotInstalledError": "tractable.fsa.grammar",
     "TokenError": "tractable.fsa.errors",
     "BudgetExceededError": "tractable.fsa.errors",
 }

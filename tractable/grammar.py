@@ -11,6 +11,8 @@ from tractable.fsa.grammar import (
     CFG,
     DEFAULT_MAX_DEPTH,
     Checker,
+    GrammarLimitError,
+    LarkNotInstalledError,
     compile_grammar,
     grammar_to_nfa,
     parse_grammar,
@@ -22,6 +24,8 @@ from tractable.fsa.grammar import (
 __all__ = [
     "CFG",
     "Checker",
+    "GrammarLimitError",
+    "LarkNotInstalledError",
     "compile_grammar",
     "grammar_to_nfa",
     "parse_grammar",

@@ -5,7 +5,10 @@
   ``alphabet`` is accepted (the definition, enumerated);
 * :func:`lark_accepts` — Lark's own Earley parser (``lexer="dynamic_complete"``, the
   scannerless semantics) as the reference for complete strings;
-* :func:`mutations` — single-byte edits of a sentence (deletions, insertions, substitutions).
+* :func:`mutations` — single-byte edits of a sentence (deletions, insertions, substitutions);
+* :func:`brute_cfg_accepts` — membership by the definition: the least fixpoint of "nonterminal
+  ``A`` derives ``s[i:j]``" over all spans of ``s`` (no Earley items, no automata), for checking
+  :class:`~tractable.fsa.grammar.Checker` and the approximations on tiny grammars.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from collections import deque
 
 from tractable.fsa import nfa as N
 
-__all__ = ["sample_nfa", "brute_viable", "lark_parser", "lark_accepts", "mutations"]
+__all__ = ["sample_nfa", "brute_viable", "lark_parser", "lark_accepts", "mutations",
+           "brute_cfg_accepts"]
 
 
 def _dist_to_final(f: N.ByteNFA) -> list[int]:
@@ -105,3 +109,68 @@ def mutations(s: bytes, rng: random.Random, n: int, alphabet: bytes) -> list[byt
         else:
             out.append(s[:i] + c + s[i + 1 :])
     return out
+
+
+def brute_cfg_accepts(cfg, s: bytes) -> bool:
+    """``s`` ∈ L(``cfg``), by the definition (cost O(|s|^3 · grammar size) per sweep).
+
+    ``T[A][i]`` = the ends ``j`` such that nonterminal ``A`` derives ``s[i:j]``, grown from
+    empty sets by re-evaluating every right-hand side (terminals matched with
+    :func:`tractable.fsa.nfa.matches` on the substring) until nothing changes: the least fixpoint,
+    i.e. exactly the finite derivations.  ``%ignore`` is handled by
+    :func:`~tractable.fsa.grammar.cfg.prepare` (``lexicalize=False``).
+    """
+    from tractable.fsa.grammar.cfg import START, prepare
+
+    pc = prepare(cfg, lexicalize=False)
+    n = len(s)
+    term_cache: dict = {}
+
+    def term_ends(name: str, i: int) -> frozenset:
+        key = (name, i)
+        hit = term_cache.get(key)
+        if hit is None:
+            t = pc.terminals[name]
+            hit = term_cache[key] = frozenset(j for j in range(i, n + 1)
+                                              if N.matches(t, s[i:j]))
+        return hit
+
+    T = {a: [frozenset() for _ in range(n + 1)] for a in pc.rules}
+
+    def ends(e, i: int) -> set:
+        tag = e[0]
+        if tag == "t":
+            return set(term_ends(e[1], i))
+        if tag == "n":
+            return set(T[e[1]][i])
+        if tag == "seq":
+            cur = {i}
+            for p in e[1]:
+                cur = {j for q in cur for j in ends(p, q)}
+            return cur
+        if tag == "alt":
+            return {j for p in e[1] for j in ends(p, i)}
+        body, lo, hi = e[1], e[2], e[3]
+        cur = {i}
+        for _ in range(lo):
+            cur = {j for q in cur for j in ends(body, q)}
+        out = set(cur)
+        k = lo
+        while hi is None or k < hi:
+            cur = {j for q in cur for j in ends(body, q)} - out
+            if not cur:
+                break
+            out |= cur
+            k += 1
+        return out
+
+    changed = True
+    while changed:
+        changed = False
+        for a, e in pc.rules.items():
+            for i in range(n + 1):
+                new = frozenset(ends(e, i))
+                if new != T[a][i]:
+                    T[a][i] = new | T[a][i]
+                    changed = True
+    return n in T[START][0]

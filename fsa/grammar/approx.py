@@ -1,4 +1,4 @@
-"""Regular approximations of a :class:`~.grammar_cfg.CFG` as byte NFAs (never determinized).
+"""Regular approximations of a :class:`~.cfg.CFG` as byte NFAs (never determinized).
 
 Both approximations build one automaton per strongly connected component (SCC) ``M`` of the
 nonterminal graph.  Every ``A ∈ M`` gets an *entry* state ``in(A)`` and an *exit* state
@@ -40,20 +40,19 @@ SQL grammar at depth 0 this took the automaton from 404,782 byte states (plain i
 never runs a DFA.
 """
 
+
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from . import nfa as N
-from .errors import GrammarError, InvalidArgumentError
-from .grammar_cfg import CFG, NOTHING, START, Expr, PreparedCFG, alt, prepare, rep, seq
-from .nfa_bisim import bisim_reduce
-from .nfa_determinize import SubsetDFA, subset_construction
+from .. import nfa as N
+from ..errors import GrammarError, InvalidArgumentError
+from ..nfa_bisim import bisim_reduce
+from ..nfa_determinize import SubsetDFA, subset_construction
+from .builder import _Builder, _TooBig
+from .cfg import CFG, START, Expr, PreparedCFG, prepare, seq
+from .scc import _analyse, _positions, _SCCInfo
 
 __all__ = [
     "approximate",
-    "unroll",
-    "scc_report",
     "bisim_reduce",
     "subset_construction",
     "SubsetDFA",
@@ -63,208 +62,6 @@ __all__ = [
 #: Largest byte NFA (states before finalization) an approximation may build; lifting a 2M-state
 #: NFA over the 128k-token Llama-3 vocabulary is already minutes of work.
 MAX_BYTE_STATES = 2_000_000
-
-
-@dataclass
-class _SCCInfo:
-    members: list[str]
-    recursive: bool
-    linear: str | None  # "left" | "right" | None (self-embedding)
-    group: dict  # member -> group id (groups of members linked by kept linear calls)
-    kind: dict  # group id -> "left" | "right"
-    back: set  # (group, group) pairs whose non-kept calls go one level down
-    n_left: int
-    n_right: int
-    n_other: int
-
-    def call(self, a: str, b: str, head: bool, tail: bool) -> str:
-        """How the occurrence of member ``b`` in member ``a``'s rule is compiled: "keep" (a shared
-        call: linear recursion), "back" (one nesting level down) or "dag" (same level, inlined)."""
-        ga, gb = self.group[a], self.group[b]
-        if ga == gb and (head if self.kind[ga] == "left" else tail):
-            return "keep"
-        return "back" if (ga, gb) in self.back else "dag"
-
-
-def _positions(e: Expr, members: set[str], head: bool, tail: bool, acc: list) -> None:
-    """Collect (name, head, tail) for every occurrence of a member in ``e``."""
-    tag = e[0]
-    if tag == "n":
-        if e[1] in members:
-            acc.append((e[1], head, tail))
-    elif tag == "t":
-        return
-    elif tag == "seq":
-        items = e[1]
-        for i, p in enumerate(items):
-            _positions(p, members, head and i == 0, tail and i == len(items) - 1, acc)
-    elif tag == "alt":
-        for p in e[1]:
-            _positions(p, members, head, tail, acc)
-    else:
-        single = e[3] == 1
-        _positions(e[1], members, head and single, tail and single, acc)
-
-
-def _cyclic_sccs(nodes: list[str], edges: dict[str, set[str]]) -> list[list[str]]:
-    from .grammar_cfg import _sccs
-
-    return [c for c in _sccs(nodes, edges) if len(c) > 1 or c[0] in edges.get(c[0], ())]
-
-
-def _analyse(pc: PreparedCFG) -> list[_SCCInfo]:
-    out = []
-    # entry order: members referenced from outside their SCC, in rule order
-    for i, comp in enumerate(pc.sccs):
-        members = set(comp)
-        if not pc.recursive[i]:
-            out.append(_SCCInfo(comp, False, "right", {a: 0 for a in comp}, {0: "right"},
-                                set(), 0, 0, 0))
-            continue
-        occ: dict[str, list] = {}
-        for a in comp:
-            acc: list = []
-            _positions(pc.rules[a], members, True, True, acc)
-            occ[a] = acc
-        allocc = [o for a in comp for o in occ[a]]
-        n_left = sum(1 for _, h, _t in allocc if h)
-        n_right = sum(1 for _, _h, t in allocc if t)
-        n_other = sum(1 for _, h, t in allocc if not h and not t)
-        linear = None
-        if all(t for _, _h, t in allocc):
-            linear = "right"
-        elif all(h for _, h, _t in allocc):
-            linear = "left"
-        if linear is not None:
-            out.append(_SCCInfo(comp, True, linear, {a: 0 for a in comp}, {0: linear}, set(),
-                                n_left, n_right, n_other))
-            continue
-        # self-embedding: groups of left-linear (head) cycles, then right-linear (tail) cycles
-        group: dict[str, int] = {}
-        kind: dict[int, str] = {}
-        head_g = {a: {b for b, h, _t in occ[a] if h} for a in comp}
-        for c in _cyclic_sccs(comp, head_g):
-            gid = len(kind)
-            kind[gid] = "left"
-            for a in c:
-                group[a] = gid
-        rest = [a for a in comp if a not in group]
-        tail_g = {a: {b for b, _h, t in occ[a] if t and b not in group} for a in rest}
-        for c in _cyclic_sccs(rest, tail_g):
-            gid = len(kind)
-            kind[gid] = "right"
-            for a in c:
-                group[a] = gid
-        for a in comp:
-            if a not in group:
-                gid = len(kind)
-                kind[gid] = "right"
-                group[a] = gid
-        info = _SCCInfo(comp, True, None, group, kind, set(), n_left, n_right, n_other)
-        # group graph of the non-kept calls; DFS back edges (and self-loops) are "back"
-        weight: dict[tuple[int, int], int] = {}
-        for a in comp:
-            for b, h, t in occ[a]:
-                ga, gb = group[a], group[b]
-                if ga == gb and (h if kind[ga] == "left" else t):
-                    continue
-                weight[ga, gb] = weight.get((ga, gb), 0) + 1
-        entries = [a for a in pc.rules if pc.scc_of[a] != i
-                   and any(k == "n" and s in members for k, s in _syms(pc.rules[a]))]
-        first = []
-        for a in entries:
-            for k, s in _syms(pc.rules[a]):
-                if k == "n" and s in members and group[s] not in first:
-                    first.append(group[s])
-        info.back = _feedback_arcs(sorted(kind), weight, first)
-        out.append(info)
-    return out
-
-
-def _feedback_arcs(nodes: list[int], weight: dict, first: list[int]) -> set:
-    """A small feedback arc set of the weighted group graph: self-loops plus the arcs that go
-    backwards in an ordering of the groups found by local search.
-
-    Cost of an ordering: (total weight of backward arcs, where weight = number of call
-    occurrences; then the number of backward arcs that do not return towards the entry, i.e.
-    whose target is not closer (BFS) to the groups entered from outside, ``first``).  Cutting
-    few occurrences keeps the unrolling small (each cut occurrence embeds a copy of the level
-    below), and the tie-break makes depth count the calls a grammar writer calls nesting: on the
-    Spider SQL grammar the cut arcs are the bracketed ones (``subquery → query_expr``,
-    ``AGGREGATION expression_math ")"``, ``CASE … WHEN``, parenthesized boolean expressions), not
-    the 35 ``comparison → expression_math`` calls a depth-first search closes cycles on.
-    """
-    back = {(a, b) for (a, b) in weight if a == b}
-    arcs = [(a, b, w) for (a, b), w in weight.items() if a != b]
-    if not arcs:
-        return back
-    succ: dict[int, list[int]] = {g: [] for g in nodes}
-    for a, b, _w in arcs:
-        succ[a].append(b)
-    big = len(nodes) + 1
-    dist = {g: big for g in nodes}
-    frontier = [g for g in first if g in dist]
-    for g in frontier:
-        dist[g] = 0
-    while frontier:
-        nxt = []
-        for g in frontier:
-            for h in succ[g]:
-                if dist[h] == big:
-                    dist[h] = dist[g] + 1
-                    nxt.append(h)
-        frontier = nxt
-    # an arc cut "against" the BFS direction costs one extra unit (weights are scaled by M)
-    M = 4 * len(arcs) + 1
-    cost_arc = [(a, b, w * M + (0 if dist[b] < dist[a] else 1)) for a, b, w in arcs]
-
-    def cost(order: list[int]) -> int:
-        pos = {g: k for k, g in enumerate(order)}
-        return sum(c for a, b, c in cost_arc if pos[b] < pos[a])
-
-    order = sorted(nodes, key=lambda g: (dist[g], g))
-    best = cost(order)
-    # local search costs O(groups² · arcs) per sweep: skip it on huge SCCs (BFS order is a
-    # valid, if larger, feedback arc set)
-    improved = len(nodes) <= _FAS_SEARCH_MAX
-    while improved:  # move one group to its best position until no move helps
-        improved = False
-        for g in list(order):
-            rest = [x for x in order if x != g]
-            for k in range(len(rest) + 1):
-                cand = rest[:k] + [g] + rest[k:]
-                c = cost(cand)
-                if c < best:
-                    best, order, improved = c, cand, True
-    pos = {g: k for k, g in enumerate(order)}
-    back |= {(a, b) for a, b, _w in arcs if pos[b] < pos[a]}
-    return back
-
-
-def _syms(e: Expr):
-    from .grammar_cfg import symbols_of
-
-    return symbols_of(e)
-
-
-def scc_report(cfg: CFG) -> list[dict]:
-    """Per recursive SCC: members, whether it is left/right-linear or self-embedding, and the
-    counts of first/last/inner recursive occurrences (for the coverage tables)."""
-    pc = prepare(cfg)
-    return [
-        {
-            "members": s.members,
-            "kind": (s.linear + "-linear") if s.linear else "self-embedding",
-            "groups": len(s.kind),
-            "back_edges": len(s.back),
-            "first": s.n_left,
-            "last": s.n_right,
-            "inner": s.n_other,
-        }
-        for s in _analyse(pc)
-        if s.recursive
-    ]
-
 
 #: "over": copy every sub-automaton (exact, the best superset this construction gives) while
 #: the nonterminal automata built sum to at most this many states; past it, share (see
@@ -279,92 +76,11 @@ SHARE_MIN = 2_000
 SHARE_TERMINAL_MIN = 64
 #: prefix of the hub keys of shared terminals (no nonterminal name starts with a NUL)
 _TERM = "\x00t:"
-#: Largest number of groups for the feedback-arc local search (SQL's SCC has 32).
-_FAS_SEARCH_MAX = 80
 #: Merge bisimilar states of every "under" nonterminal automaton larger than this (smaller ones
 #: cost more in numpy overhead than they save).
 _BISIM_MIN = 64
-
-
-class _Builder:
-    """A flat ε-NFA under construction.  :meth:`embed` copies a finalized automaton between two
-    states and shares an earlier copy of the same automaton when that is exact:
-
-    * same target ``t`` and the earlier copy exits only to ``t``: enter it from ``s`` too
-      (common suffix: ``… E | … E`` ending at one state);
-    * same source ``s`` and the earlier copy is entered only from ``s``: let it exit to ``t``
-      too (common prefix: ``E "=" … | E "<" …`` starting at one state).
-
-    A copy with several entries and one exit (or one entry and several exits) reads exactly
-    ``L(a)`` from each entry to each exit, so the language is unchanged.
-    """
-
-    def __init__(self, limit: int):
-        self.n = 0
-        self.edges: list[tuple[int, int, int]] = []
-        self.eps: list[tuple[int, int]] = []
-        self.limit = limit
-        self._by_target: dict = {}
-        self._by_source: dict = {}
-        self._copies: list[list] = []  # [hub_in, hub_out, entries set, exits set]
-
-    def new(self) -> int:
-        self.n += 1
-        if self.n > self.limit:
-            raise _TooBig()
-        return self.n - 1
-
-    def embed(self, a: N.ByteNFA, s: int, t: int, key=None) -> None:
-        """Copy ``a`` (finalized) between ``s`` and ``t`` (sharing a copy with the same ``key``
-        when exact, see the class docstring)."""
-        if not a.finals:
-            return
-        if key is None:
-            k = self._copy(a)
-            self.eps.append((s, a.start + k))
-            self.eps.extend((f + k, t) for f in a.finals)
-            return
-
-        def build(hin: int, hout: int) -> None:
-            k = self._copy(a)
-            self.eps.append((hin, a.start + k))
-            self.eps.extend((f + k, hout) for f in a.finals)
-
-        self.share(key, s, t, build)
-
-    def _copy(self, a: N.ByteNFA) -> int:
-        k = self.n
-        self.n += a.num_states
-        if self.n > self.limit:
-            raise _TooBig()
-        self.edges.extend((p + k, m, q + k) for p, m, q in a.edges)
-        return k
-
-    def share(self, key, s: int, t: int, build) -> None:
-        """Connect ``s`` to ``t`` through a piece whose language depends only on ``key``:
-        reuse an earlier piece with the same key when exact (see the class docstring), else
-        ``build(hub_in, hub_out)`` a new one between two fresh hub states."""
-        c = self._by_target.get((key, t))
-        if c is not None and len(c[3]) == 1:
-            c[2].add(s)
-            self.eps.append((s, c[0]))
-            return
-        c = self._by_source.get((key, s))
-        if c is not None and len(c[2]) == 1:
-            c[3].add(t)
-            self.eps.append((c[1], t))
-            return
-        hin, hout = self.new(), self.new()
-        build(hin, hout)
-        self.eps.append((s, hin))
-        self.eps.append((hout, t))
-        c = [hin, hout, {s}, {t}]
-        self._by_target[key, t] = c
-        self._by_source[key, s] = c
-
-
-class _TooBig(Exception):
-    pass
+#: "over" with sharing: deepest nesting of expanded rules inside one expanded rule.
+_EXPAND_MAX_DEPTH = 50
 
 
 class _Approx:
@@ -407,6 +123,7 @@ class _Approx:
         Mohri–Nederhof treatment, a superset).  ``$start`` is always shared."""
         cls: dict[str, str] = {}
         cost: dict[str, int] = {}  # states one occurrence costs (a call costs 2)
+        xdepth: dict[str, int] = {}  # nesting of "expand" rules inside an expanded rule
 
         # lexicalized rules are terminals: share the big ones used more than once too
         uses: dict[str, int] = {}
@@ -447,8 +164,14 @@ class _Approx:
                     for a, n in zip(comp, sizes):
                         cost[a] = n
             elif dirty and not self.pc.recursive[i] and est <= share_min:
-                how = "expand"
-                cost[comp[0]] = est
+                # expansions nest (an expanded rule lays out the expanded rules it uses):
+                # bounded, so that laying out never recurses down a long chain of rules
+                d = 1 + max((xdepth.get(e[1], 0) for e, _m in outside if e[0] == "n"),
+                            default=0)
+                if d <= _EXPAND_MAX_DEPTH:
+                    how = "expand"
+                    cost[comp[0]] = est
+                    xdepth[comp[0]] = d
             for a in comp:
                 cls[a] = how
                 if how == "share":
@@ -665,6 +388,15 @@ class _Approx:
             emit(self.pc.rules[a], ins[a], outs[a], True, True)
 
 
+def _warm(ap: _Approx) -> None:
+    """Build the automata of the non-recursive rules callees first (:meth:`_Approx.nt` is
+    memoized), so that ``nt(START)`` never recurses down a long chain of rules: the same
+    automata, built in another order, with recursion depth bounded by the bracket nesting."""
+    for i, comp in enumerate(ap.pc.sccs):
+        if not ap.pc.recursive[i] and comp[0] != START:
+            ap.nt(comp[0])
+
+
 def approximate(
     cfg: CFG, mode: str = "over", max_depth: int = 2, *, max_states: int = MAX_BYTE_STATES,
     nfa_reduce: bool = False,
@@ -688,6 +420,7 @@ def approximate(
             # exact copies of every sub-automaton while that stays small; else share
             ap = _Approx(pc, mode, max_depth, min(max_states, SHARE_BUDGET))
             try:
+                _warm(ap)
                 nfa = N.finalize(ap.nt(START), reduce=nfa_reduce)
             except _TooBig:
                 ap = _Approx(pc, mode, max_depth, max_states, ap.info)
@@ -695,6 +428,7 @@ def approximate(
                 shared = True
         else:
             ap = _Approx(pc, mode, max_depth, max_states)
+            _warm(ap)
             nfa = N.finalize(ap.nt(START), reduce=nfa_reduce)
     except _TooBig:
         raise GrammarError(
@@ -717,62 +451,3 @@ def approximate(
         info["shared"] = shared
     return nfa, info
 
-
-def unroll(cfg: CFG, max_depth: int) -> CFG:
-    """The grammar whose language the ``"under"`` approximation accepts, written out as a CFG:
-    each member ``A`` of a self-embedding SCC becomes ``A@0 … A@k``; occurrences in the SCC's
-    linear direction stay at the same level, the others go one level down (dropped at level 0).
-    (Used by the tests to check the automaton against the Earley checker.)"""
-    pc = prepare(cfg)
-    info = _analyse(pc)
-    se = {a: i for i, s in enumerate(info) if s.recursive and s.linear is None for a in s.members}
-    rules: dict[str, Expr] = {}
-
-    def name(a: str, d: int) -> str:
-        return f"{a}@{d}" if a in se else a
-
-    def tr(e: Expr, home: str | None, d: int, head: bool, tail: bool) -> Expr:
-        tag = e[0]
-        if tag == "t":
-            return e
-        if tag == "n":
-            a = e[1]
-            if a not in se:
-                return e
-            if home is None or se[a] != se[home]:
-                return ("n", name(a, max_depth))
-            how = info[se[a]].call(home, a, head, tail)
-            if how in ("keep", "dag"):
-                return ("n", name(a, d))
-            return ("n", name(a, d - 1)) if d > 0 else NOTHING
-        if tag == "seq":
-            items = e[1]
-            return seq(
-                *(
-                    tr(p, home, d, head and j == 0, tail and j == len(items) - 1)
-                    for j, p in enumerate(items)
-                )
-            )
-        if tag == "alt":
-            return alt(*(tr(p, home, d, head, tail) for p in e[1]))
-        single = e[3] == 1
-        return rep(tr(e[1], home, d, head and single, tail and single), e[2], e[3])
-
-    for a, e in pc.rules.items():
-        if a == START:
-            continue
-        if a in se:
-            for d in range(max_depth + 1):
-                rules[name(a, d)] = tr(e, a, d, True, True)
-        else:
-            rules[a] = tr(e, None, 0, True, True)
-    start_expr = pc.rules[START]
-    start_name = "$unrolled_start"
-    rules[start_name] = tr(start_expr, None, 0, True, True)
-    from .grammar_cfg import symbols_of
-
-    # drop the synthetic ignore prefix terminal into the new grammar's terminals unchanged
-    terms = dict(pc.terminals)
-    used = {s for e in rules.values() for k, s in symbols_of(e) if k == "t"}
-    return CFG(rules, {k: v for k, v in terms.items() if k in used}, start_name, None, {},
-               cfg.syntax + "+unrolled")

@@ -3,8 +3,8 @@
 A :class:`CFG` is an *extended* CFG: each nonterminal has one right-hand side that is a regular
 expression over symbols (an :data:`Expr` tree), so the EBNF operators ``? * + {m,n} ~`` of the
 front ends stay loops instead of becoming recursive helper rules.  A symbol is a nonterminal or
-a *terminal*; a terminal is a byte-level language given as a :class:`~.nfa.ByteNFA` (a literal,
-a character class, a regex through :func:`~.regex.regex_to_nfa`, or a Lark terminal definition).
+a *terminal*; a terminal is a byte-level language given as a :class:`~..nfa.ByteNFA` (a literal,
+a character class, a regex through :func:`~..regex.regex_to_nfa`, or a Lark terminal definition).
 
 Expression trees are plain tuples::
 
@@ -19,16 +19,17 @@ terminal, between terminals and after the last one.  :func:`prepare` makes that 
 appending ``IGN*`` to every terminal and prefixing the start symbol with ``IGN*``, then turns
 non-recursive rules whose symbols are all terminals into single terminals ("lexicalization"),
 removes unproductive symbols, and computes the strongly connected components the regular
-approximations (:mod:`.grammar_approx`) and the Earley checker (:mod:`.grammar_earley`) use.
+approximations (:mod:`.approx`) and the Earley checker (:mod:`.earley`) use.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
-from . import nfa as N
-from .errors import EmptyLanguageError, GrammarError, InvalidArgumentError
-from .nfa import ByteNFA
+from .. import nfa as N
+from ..errors import EmptyLanguageError, GrammarError, InvalidArgumentError
+from ..nfa import ByteNFA
 
 __all__ = [
     "CFG",
@@ -57,6 +58,10 @@ IGNORE_TERMINAL = "$ignore*"
 #: Lexicalize a non-recursive rule into one terminal only while its finalized byte NFA has at
 #: most this many states (the SQL grammar's largest lexicalized rule has ~300).
 LEX_MAX_STATES = 4000
+#: Stop lexicalizing once the lexicalized rules' automata total this many states (a chain of
+#: 10,000 rules each extending the one below would otherwise build 50M states; the largest
+#: total among the grammars of shared/data is 7,646, sql.lark).
+LEX_TOTAL_STATES = 100_000
 
 
 def seq(*parts: Expr) -> Expr:
@@ -309,13 +314,25 @@ def prepare(cfg: CFG, *, lexicalize: bool = True) -> PreparedCFG:
             return any(productive(p) for p in e[1])
         return e[2] == 0 or productive(e[1])
 
-    changed = True
-    while changed:
-        changed = False
-        for a, e in rules.items():
-            if a not in prod and productive(e):
-                prod.add(a)
-                changed = True
+    # worklist: a rule is re-checked only when a nonterminal it uses became productive
+    # (a plain fixpoint sweep is quadratic on a chain of 10,000 rules)
+    users: dict[str, list[str]] = {}
+    for a, e in rules.items():
+        for k, s in symbols_of(e):
+            if k == "n":
+                users.setdefault(s, []).append(a)
+    queue = deque(rules)
+    queued = set(rules)
+    while queue:
+        a = queue.popleft()
+        queued.discard(a)
+        if a in prod or not productive(rules[a]):
+            continue
+        prod.add(a)
+        for u in users.get(a, ()):
+            if u not in prod and u not in queued:
+                queue.append(u)
+                queued.add(u)
     if START not in prod:
         raise EmptyLanguageError(f"the grammar's start rule {cfg.start!r} derives no string")
 
@@ -342,6 +359,7 @@ def prepare(cfg: CFG, *, lexicalize: bool = True) -> PreparedCFG:
         succ = _nt_succ(rules)
         comps = _sccs(sorted(rules), succ)
         lex_nfa: dict[str, ByteNFA] = {}
+        lex_total = 0
         for comp in comps:
             if len(comp) != 1:
                 continue
@@ -355,6 +373,9 @@ def prepare(cfg: CFG, *, lexicalize: bool = True) -> PreparedCFG:
             )
             if nfa.num_states > LEX_MAX_STATES:
                 continue
+            lex_total += nfa.num_states
+            if lex_total > LEX_TOTAL_STATES:
+                break
             lex_nfa[a] = nfa
         if lex_nfa:
             for a, nfa in lex_nfa.items():

@@ -1,4 +1,4 @@
-"""GBNF (llama.cpp) and transformers-CFG EBNF front end → :class:`~.grammar_cfg.CFG`.
+"""GBNF (llama.cpp) and transformers-CFG EBNF front end → :class:`~.cfg.CFG`.
 
 The syntax (llama.cpp ``grammars/README.md``; transformers-CFG uses the same notation)::
 
@@ -18,12 +18,13 @@ Errors raise :class:`~.errors.GrammarError` naming the rule and the line.
 
 from __future__ import annotations
 
-from . import nfa as N
-from .errors import GrammarError
-from .grammar_cfg import CFG, EPS, Expr, alt, rep, seq
-from .nfa import ByteNFA
+from .. import nfa as N
+from ..errors import GrammarError
+from ..nfa import ByteNFA
+from .cfg import CFG, EPS, Expr, alt, rep, seq, symbols_of
+from .limits import DEFAULT_MAX_NESTING, DEFAULT_MAX_RULES, check_limit
 
-__all__ = ["parse_gbnf", "to_gbnf"]
+__all__ = ["parse_gbnf"]
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 _SIMPLE_ESC = {"n": 10, "r": 13, "t": 9, "f": 12, "v": 11, "0": 0, "a": 7, "b": 8}
@@ -58,10 +59,13 @@ def _escape(src: str, i: int, line: int, rule: str | None = None) -> tuple[int, 
     return ord(c), i + 2
 
 
-def _tokenize(src: str) -> list[_Tok]:
+def _tokenize(src: str, max_nesting: int = DEFAULT_MAX_NESTING) -> list[_Tok]:
+    """Tokens with the line each starts on; brackets nested deeper than ``max_nesting`` are a
+    :class:`~.limits.GrammarLimitError` at the line of the bracket that crossed it."""
     toks: list[_Tok] = []
     cur: list = [None]  # the rule being defined, for error messages
     i, n, line = 0, len(src), 1
+    depth = 0
     while i < n:
         c = src[i]
         if c == "\n":
@@ -76,6 +80,7 @@ def _tokenize(src: str) -> list[_Tok]:
             if toks and toks[-1].kind == "name":
                 cur[0] = toks[-1].value
             toks.append(_Tok("def", None, line, "::="))
+            depth = 0
             i += 3
         elif c == '"':
             j = i + 1
@@ -119,6 +124,7 @@ def _tokenize(src: str) -> list[_Tok]:
                         )
                 ranges.append((lo, hi))
             toks.append(_Tok("class", (neg, ranges), line, src[i : j + 1]))
+            line += src.count("\n", i, j + 1)  # a raw newline inside the class
             i = j + 1
         elif c == "{":
             j = src.find("}", i)
@@ -139,8 +145,14 @@ def _tokenize(src: str) -> list[_Tok]:
             if hi is not None and hi < lo:
                 raise GrammarError(f"bad repetition bounds {src[i:j + 1]!r}", cur[0], line)
             toks.append(_Tok("count", (lo, hi), line, src[i : j + 1]))
+            line += src.count("\n", i, j + 1)
             i = j + 1
         elif c in "()|*+?.":
+            if c == "(":
+                depth += 1
+                check_limit("bracket nesting", "max_nesting", max_nesting, depth, cur[0], line)
+            elif c == ")":
+                depth = max(0, depth - 1)
             toks.append(_Tok(c, None, line, c))
             i += 1
         elif c in _NAME_CHARS:
@@ -274,7 +286,9 @@ class _Parser:
             self.pos += 1
 
 
-def parse_gbnf(text: str, *, start: str | None = None, syntax: str = "gbnf") -> CFG:
+def parse_gbnf(text: str, *, start: str | None = None, syntax: str = "gbnf",
+               max_nesting: int = DEFAULT_MAX_NESTING,
+               max_rules: int = DEFAULT_MAX_RULES) -> CFG:
     """Parse a GBNF / transformers-CFG EBNF grammar (see the module docstring).
 
     Args:
@@ -284,159 +298,19 @@ def parse_gbnf(text: str, *, start: str | None = None, syntax: str = "gbnf") -> 
 
     Raises:
         GrammarError: syntax errors, undefined rules, a missing start rule (rule and line).
+        GrammarLimitError: more than ``max_nesting`` nested parentheses or ``max_rules`` rules.
     """
-    p = _Parser(_tokenize(text), syntax)
+    p = _Parser(_tokenize(text, max_nesting), syntax)
     rules, lines = p.parse()
+    check_limit("rules and terminals defined", "max_rules", max_rules,
+                len(rules) + len(p.terminals))
     if not rules:
         raise GrammarError("the grammar defines no rule")
     start = start or "root"
     if start not in rules:
         raise GrammarError(f"no start rule {start!r} defined", start)
     for name, e in rules.items():
-        from .grammar_cfg import symbols_of
-
         for k, s in symbols_of(e):
             if k == "n" and s not in rules:
                 raise GrammarError(f"undefined rule {s!r}", name, lines.get(name))
     return CFG(rules, p.terminals, start, None, lines, syntax)
-
-
-# --------------------------------------------------------------------------- export
-
-
-def _runs(mask: int, lo: int, hi: int) -> list[tuple[int, int]]:
-    """Maximal runs of set bits of ``mask`` within ``[lo, hi]``."""
-    out: list[tuple[int, int]] = []
-    b = lo
-    while b <= hi:
-        if (mask >> b) & 1:
-            e = b
-            while e + 1 <= hi and (mask >> (e + 1)) & 1:
-                e += 1
-            out.append((b, e))
-            b = e + 1
-        else:
-            b += 1
-    return out
-
-
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
-
-
-def _cp_char(c: int) -> str:
-    if 0x20 < c < 0x7F and chr(c) not in '\\]^-["':
-        return chr(c)
-    return f"\\x{c:02X}" if c < 0x80 else (f"\\u{c:04X}" if c <= 0xFFFF else f"\\U{c:08X}")
-
-
-def _codepoint_edges(f: ByteNFA) -> dict[int, dict[int, list[tuple[int, int]]]]:
-    """Per state ``p``: target state → code-point ranges read by one UTF-8 character from ``p``
-    (paths through continuation-byte states are followed; invalid sequences are dropped)."""
-    out_edges: dict[int, list[tuple[int, int]]] = {}
-    for s, m, d in f.edges:
-        out_edges.setdefault(s, []).append((m, d))
-    res: dict[int, dict[int, list[tuple[int, int]]]] = {}
-    memo: dict[tuple[int, int], dict[int, list[tuple[int, int]]]] = {}
-
-    def tail(q: int, left: int) -> dict[int, list[tuple[int, int]]]:
-        # reading `left` continuation bytes from q: target -> ranges of their 6*left low bits
-        key = (q, left)
-        hit = memo.get(key)
-        if hit is not None:
-            return hit
-        acc: dict[int, list[tuple[int, int]]] = {}
-        for m, d in out_edges.get(q, ()):
-            for lo, hi in _runs(m, 0x80, 0xBF):
-                if left == 1:
-                    acc.setdefault(d, []).append((lo & 0x3F, hi & 0x3F))
-                    continue
-                sub = tail(d, left - 1)
-                width = 6 * (left - 1)
-                for c in range(lo & 0x3F, (hi & 0x3F) + 1):
-                    for r, rs in sub.items():
-                        acc.setdefault(r, []).extend(((c << width) | x, (c << width) | y)
-                                                     for x, y in rs)
-        memo[key] = out = {d: _merge(r) for d, r in acc.items()}
-        return out
-
-    def follow(q: int, base: int, left: int, acc: dict) -> None:
-        width = 6 * left
-        for r, rs in tail(q, left).items():
-            acc.setdefault(r, []).extend(((base << width) | x, (base << width) | y)
-                                         for x, y in rs)
-
-    for p in range(f.num_states):
-        acc: dict[int, list[tuple[int, int]]] = {}
-        for m, d in out_edges.get(p, ()):
-            for lo, hi in _runs(m, 0, 0x7F):
-                acc.setdefault(d, []).append((lo, hi))
-            for b in range(0xC2, 0xF5):
-                if (m >> b) & 1:
-                    n = 1 if b < 0xE0 else (2 if b < 0xF0 else 3)
-                    follow(d, b & (0x1F if n == 1 else (0x0F if n == 2 else 0x07)), n, acc)
-        res[p] = {d: _merge(r) for d, r in acc.items()}
-    return res
-
-
-def to_gbnf(cfg: CFG, *, root: str = "root") -> str:
-    """Write ``cfg`` as a GBNF grammar (llama.cpp / xgrammar syntax) with the same language.
-
-    Nonterminals keep their right-hand sides (``( | ) * + ? {m,n}``); every terminal (a byte
-    NFA, ``%ignore`` already appended by :func:`~.grammar_cfg.prepare`) becomes right-linear
-    rules over code points, one rule per NFA state, its UTF-8 byte paths folded into character
-    classes.  Names are renamed to ``r<i>`` / ``t<i>_<state>``.  Used to give the grammars of
-    other front ends (Lark) to engines that read only GBNF/EBNF (xgrammar).
-    """
-    from .grammar_cfg import START, prepare
-
-    pc = prepare(cfg, lexicalize=False)
-    rname = {a: f"r{i}" for i, a in enumerate(pc.rules)}
-    tname = {t: f"t{i}" for i, t in enumerate(pc.terminals)}
-    lines = [f"{root} ::= {rname[START]}"]
-
-    def ex(e: Expr) -> str:
-        tag = e[0]
-        if tag == "t":
-            return f"{tname[e[1]]}_0"
-        if tag == "n":
-            return rname[e[1]]
-        if tag == "seq":
-            return "(" + " ".join(ex(p) for p in e[1]) + ")" if e[1] else '""'
-        if tag == "alt":
-            return "(" + " | ".join(ex(p) for p in e[1]) + ")" if e[1] else "[^\\x00-\\U0010FFFF]"
-        body, lo, hi = ex(e[1]), e[2], e[3]
-        if not body.isidentifier() and not (body.startswith("(") and body.endswith(")")):
-            body = "(" + body + ")"
-        elif body.endswith(("*", "+", "?", "}")):
-            body = "(" + body + ")"
-        if (lo, hi) == (0, None):
-            return body + "*"
-        if (lo, hi) == (1, None):
-            return body + "+"
-        if (lo, hi) == (0, 1):
-            return body + "?"
-        return body + "{" + str(lo) + "," + ("" if hi is None else str(hi)) + "}"
-
-    for a, e in pc.rules.items():
-        lines.append(f"{rname[a]} ::= {ex(e)}")
-    for t, nfa in pc.terminals.items():
-        f = N.finalize(nfa, reduce=False)
-        # finalize numbers the start 0, which ``ex`` relies on
-        for p, row in _codepoint_edges(f).items():
-            alts = []
-            for d, ranges in sorted(row.items()):
-                cls = "".join(_cp_char(lo) if lo == hi else f"{_cp_char(lo)}-{_cp_char(hi)}"
-                              for lo, hi in ranges)
-                alts.append(f"[{cls}] {tname[t]}_{d}")
-            if p in f.finals:
-                alts.append('""')
-            lines.append(f"{tname[t]}_{p} ::= " + (" | ".join(alts) if alts
-                                                    else "[^\\x00-\\U0010FFFF]"))
-    return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""Exact incremental Earley recognizer over bytes for a :class:`~.grammar_cfg.CFG`.
+"""Exact incremental Earley recognizer over bytes for a :class:`~.cfg.CFG`.
 
 Semantics, as a loop::
 
@@ -16,7 +16,7 @@ Semantics, as a loop::
   column ``i``.  A token boundary inside a terminal is therefore no problem.
 
 Empty derivations use the Aycock–Horspool rule (a predicted nullable symbol is also skipped).
-Unproductive symbols are removed beforehand (:func:`~.grammar_cfg.prepare`) and right-hand-side
+Unproductive symbols are removed beforehand (:func:`~.cfg.prepare`) and right-hand-side
 automata are trimmed, so *every* item in a column lies on a derivation of a sentence: a prefix is
 viable iff its column is non-empty.
 
@@ -29,7 +29,9 @@ when it holds more than ``max_columns`` columns.
 
 from __future__ import annotations
 
-from .grammar_cfg import CFG, START, Expr, PreparedCFG, prepare
+from collections import deque
+
+from .cfg import CFG, START, Expr, PreparedCFG, prepare
 
 __all__ = ["EarleyChecker"]
 
@@ -232,29 +234,37 @@ class EarleyChecker:
         nullable = [False] * (nn + len(terms))
         for t in terms:
             nullable[t_id[t]] = pc.nullable_terminal(t)
-        changed = True
-        while changed:
-            changed = False
-            for a in nts:
-                i = nt_id[a]
-                if nullable[i]:
-                    continue
-                g0 = nt_start[i]
-                seen = {g0}
-                stack = [g0]
-                hit = False
-                while stack and not hit:
-                    g = stack.pop()
-                    if final[g]:
-                        hit = True
-                        break
-                    for y, g2 in out[g]:
-                        if nullable[y] and g2 not in seen:
-                            seen.add(g2)
-                            stack.append(g2)
-                if hit:
-                    nullable[i] = True
-                    changed = True
+        # worklist: a rule is re-checked only when a symbol it reads became nullable
+        users: dict[int, set[int]] = {}
+        for g, row in enumerate(out):
+            for y, _g2 in row:
+                users.setdefault(y, set()).add(owner[g])
+        queue = deque(range(nn))
+        queued = set(queue)
+        while queue:
+            i = queue.popleft()
+            queued.discard(i)
+            if nullable[i]:
+                continue
+            g0 = nt_start[i]
+            seen = {g0}
+            stack = [g0]
+            hit = False
+            while stack and not hit:
+                g = stack.pop()
+                if final[g]:
+                    hit = True
+                    break
+                for y, g2 in out[g]:
+                    if nullable[y] and g2 not in seen:
+                        seen.add(g2)
+                        stack.append(g2)
+            if hit:
+                nullable[i] = True
+                for u in users.get(i, ()):
+                    if not nullable[u] and u not in queued:
+                        queue.append(u)
+                        queued.add(u)
         self.nullable = nullable
         self.dfas = [_LazyDFA(pc.terminals[t]) for t in terms]
         self.start_id = nt_id[START]
