@@ -12,6 +12,15 @@ from compilation (it is paid once per tokenizer by every engine), then every reg
 * outlines-core: ``Index(regex, Vocabulary)``.
 
 Writes ``bench/results/compile_regex.md`` (table) and ``compile_regex.json`` (raw samples).
+
+    python bench/compile_bench.py --repetition      # bounded repetition vs its bound
+
+``--repetition``: compile time of counted repetitions against the bound N (issue 21): JSON
+Schema ``maxLength`` (canonical and every serialization), ``minLength``, ``maxItems`` and the
+regex ``[a-z0-9 ]{1,N}``, on Llama-3, each (case, N, lift) in a fresh child process after one
+small warm-up compile; "periodic" is the lift as shipped, "per state" the same code with
+``lift._USE_PERIODIC = False`` (every state of a repetition walked, as before).  Writes
+``bench/results/compile_repetition.md`` / ``.json``.
 """
 
 from __future__ import annotations
@@ -131,6 +140,130 @@ def _child(engine: str, vocab_name: str, reps: int) -> dict:
     return out
 
 
+REPETITION_NS = (50, 300, 1000, 5000)
+REPETITION_CASES = {
+    "string maxLength N": ({"type": "string", "maxLength": "N"}, True),
+    "string maxLength N, every serialization": ({"type": "string", "maxLength": "N"}, False),
+    "string minLength N": ({"type": "string", "minLength": "N"}, True),
+    "object {name: string maxLength N}": ({"type": "object", "properties": {"name": {
+        "type": "string", "maxLength": "N"}}, "required": ["name"],
+        "additionalProperties": False}, True),
+    "array of integers, maxItems N": ({"type": "array", "items": {"type": "integer"},
+                                       "maxItems": "N"}, True),
+    "regex [a-z0-9 ]{1,N}": ("[a-z0-9 ]{1,N}", None),
+}
+
+
+def _fill(x, n: int):
+    if isinstance(x, dict):
+        return {k: _fill(v, n) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_fill(v, n) for v in x]
+    return n if x == "N" else x
+
+
+def _repetition_child(case: str, n: int, periodic: bool) -> dict:
+    import warnings
+
+    from tractable.fsa import lift
+    from tractable.fsa.automaton import TokenAutomaton
+    from tractable.fsa.json_schema import compile_json_schema
+    from tractable.fsa.regex import regex_to_nfa
+    from tractable.fsa.vocabulary import TokenVocabulary
+
+    warnings.simplefilter("ignore")
+    tv = TokenVocabulary.from_tokenizer_file(_tok_path("llama3"))
+    lift._USE_PERIODIC = periodic
+    spec, canonical = REPETITION_CASES[case]
+    if canonical is None:
+        def build(k):
+            return TokenAutomaton.from_byte_nfa(regex_to_nfa(spec.replace("N", str(k))), tv)
+    else:
+        def build(k):
+            return compile_json_schema(_fill(spec, k), tv, canonical=canonical)
+    build(2)  # warm-up: the vocabulary's tables and its small walks
+    t = time.perf_counter()
+    a = build(n)
+    dt = time.perf_counter() - t
+    return {"case": case, "n": n, "periodic": periodic, "seconds": dt, "states": a.num_states,
+            "edges": a.num_edges}
+
+
+def _repetition(args) -> int:
+    runs = []
+    for case in REPETITION_CASES:
+        for n in REPETITION_NS:
+            for periodic in (True, False):
+                if not periodic and n > args.max_per_state:
+                    continue
+                print(f"{case} N={n} periodic={periodic} ...", file=sys.stderr, flush=True)
+                try:
+                    proc = subprocess.run(
+                        [sys.executable, __file__, "--repetition-child", case, str(n),
+                         str(int(periodic))], capture_output=True, text=True,
+                        timeout=args.timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                except subprocess.TimeoutExpired:
+                    runs.append({"case": case, "n": n, "periodic": periodic,
+                                 "timeout": args.timeout})
+                    continue
+                if proc.returncode != 0:
+                    runs.append({"case": case, "n": n, "periodic": periodic,
+                                 "error": proc.stderr[-500:]})
+                    continue
+                runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    meta = {
+        "command": "python bench/compile_bench.py " + " ".join(sys.argv[1:]),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+        "versions": _versions(),
+    }
+    out = ROOT / "bench" / "results" / "compile_repetition"
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=1))
+    lines = [
+        "# Compile time of bounded repetition vs the bound (Llama-3)",
+        "",
+        f"- command: `{meta['command']}`",
+        f"- date: {meta['date']}",
+        f"- machine: {meta['machine']}; shared VM, other jobs ran concurrently (load "
+        "average ~10 on 2 cores): absolute times are inflated, both lifts alike",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        "- each cell: one compile in a fresh process after a warm-up compile of the same case "
+        "at N = 2; **periodic** = the lift as shipped (a counted repetition's states are "
+        "copies of one body: the body is walked once and every copy's token rows are its "
+        "rows, renamed; `fsa/lift_periodic.py`), **per state** = the same code with "
+        "`lift._USE_PERIODIC = False` (every state of the repetition walked, the lift before); "
+        f"per-state runs only up to N = {args.max_per_state}, {args.timeout} s limit; raw "
+        "numbers in `compile_repetition.json`.  Automata identical either way (tests: "
+        "`tests/test_lift_periodic.py`).",
+        "",
+        "| case | N | states | edges | periodic s | per state s | speed-up | periodic s / "
+        "N=50 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    by = {(r["case"], r["n"], r["periodic"]): r for r in runs}
+    for case in REPETITION_CASES:
+        base = by.get((case, REPETITION_NS[0], True), {}).get("seconds")
+        for n in REPETITION_NS:
+            p, q = by.get((case, n, True), {}), by.get((case, n, False), {})
+
+            def cell(r):
+                if "seconds" in r:
+                    return f"{r['seconds']:.2f}"
+                if "timeout" in r:
+                    return f"> {r['timeout']}"
+                return "error" if "error" in r else "–"
+
+            sp = (f"{q['seconds'] / p['seconds']:.1f}×" if "seconds" in p and "seconds" in q
+                  else "–")
+            rel = f"{p['seconds'] / base:.1f}" if "seconds" in p and base else "–"
+            lines.append(f"| {case} | {n} | {p.get('states', q.get('states', '–'))} | "
+                         f"{p.get('edges', q.get('edges', '–'))} | {cell(p)} | {cell(q)} | "
+                         f"{sp} | {rel} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print(out.with_suffix(".md").read_text())
+    return 0
+
+
 def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -156,7 +289,19 @@ def main() -> int:
     ap.add_argument("--engines", nargs="+", default=list(ENGINES))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "compile_regex"))
     ap.add_argument("--child", nargs=2, metavar=("ENGINE", "VOCAB"), help=argparse.SUPPRESS)
+    ap.add_argument("--repetition", action="store_true",
+                    help="bounded repetition vs its bound (bench/results/compile_repetition)")
+    ap.add_argument("--max-per-state", type=int, default=1000,
+                    help="largest N also compiled with the per-state lift (--repetition)")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds per compile (--repetition)")
+    ap.add_argument("--repetition-child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.repetition_child:
+        c, n, p = args.repetition_child
+        print(json.dumps(_repetition_child(c, int(n), bool(int(p)))))
+        return 0
+    if args.repetition:
+        return _repetition(args)
     if args.child:
         print(json.dumps(_child(args.child[0], args.child[1], args.reps)))
         return 0

@@ -8,9 +8,11 @@ canonically (``encode(add_special_tokens=False)``); every engine walks those tok
 step, fills a preallocated full-vocabulary int32 bitmask ([B, ceil(V/32)]); that fill is the
 timed region (``time.perf_counter_ns``).  Outside it we check that the walked token's bit is set,
 then advance (timed apart).  A final EOS step checks that EOS is allowed.  Walk 1 after compile
-is *cold*; walks 2.. are *warm*.  Engines are interleaved walk by walk (noise hits all alike),
-all in ONE process, the order rotated each walk; ``torch.set_num_threads(1)``; ``gc`` disabled
-inside walks.
+is *cold*; walks 2.. are *warm*; after them each engine walks a second valid string once
+(``NOVEL``: a *novel* path, partly through state sets and budgets its caches have not seen).
+tractable's compile time includes its mask engine's set-up (distances, per-state prefix rows).
+Engines are interleaved walk by walk (noise hits all alike), all in ONE process, the order
+rotated each walk; ``torch.set_num_threads(1)``; ``gc`` disabled inside walks.
 
 * tractable GCD: ``A.allowed_packed(st, remaining, "gcd", out=buf)`` with the tight budget
   n = len(walk) + 1 (EOS included), so remaining = n − t at step t — every walked token must
@@ -78,6 +80,15 @@ PATTERNS: dict[str, tuple[str, str]] = {
         r'\{"name": "[^"\\]{0,40}", "age": [0-9]{1,3}\}',
         '{"name": "Alice Johnson", "age": 42}',
     ),
+}
+# a second valid string per pattern, walked once after the warm walks: a *novel* path (state
+# sets and budgets partly never seen by tractable's caches)
+NOVEL: dict[str, str] = {
+    "iso_datetime": "1999-12-31T23:59:59Z",
+    "email": "x_y.z@my-host.co.uk",
+    "keywords50": "DISTINCT",
+    "json_string": r'"tab\there, quote \" and \u00ff done"',
+    "json_object": '{"name": "Bob O\'Neil", "age": 7}',
 }
 EOS = {"llama3": "<|end_of_text|>", "qwen3": "<|im_end|>"}
 ENGINES = ("tractable_gcd", "tractable_lcd", "xgrammar", "outlines_core", "llguidance")
@@ -160,8 +171,11 @@ class Tractable:
         self.tok_cache: dict[tuple[int, int], torch.Tensor] = {}
 
     def compile(self, name: str):
+        from tractable.fsa.masks import mask_engine
+
         t0 = time.perf_counter()
         self.A, self.how = compile_tractable(name, self.vocab)
+        mask_engine(self.A)  # the engine's set-up (distances, per-state rows) counts as compile
         return (time.perf_counter() - t0) * 1e3
 
     def new(self, B: int, n: int):
@@ -401,9 +415,11 @@ def run(args) -> dict:
             regex, text = PATTERNS[pname]
             tokens = raw.encode(text, add_special_tokens=False).ids
             assert raw.decode(tokens) == text
+            novel = raw.encode(NOVEL[pname], add_special_tokens=False).ids
+            assert raw.decode(novel) == NOVEL[pname]
             compile_ms = {e: eng.compile(pname) for e, eng in engines.items()}
             for B in args.batches:
-                data = {e: {"cold": [], "warm": [], "adv": []} for e in engines}
+                data = {e: {"cold": [], "warm": [], "adv": [], "novel": []} for e in engines}
                 names = list(engines)
                 for w in range(args.walks):
                     # rotate the engine order each walk: the engine right after another one's
@@ -417,12 +433,16 @@ def run(args) -> dict:
                         data[e]["cold" if w == 0 else "warm"].extend(fills)
                         if w > 0:
                             data[e]["adv"].extend(advs)
+                for e in names[::-1]:  # the novel path, once, after the warm walks
+                    data[e]["novel"].extend(walk(engines[e], novel, eos, B)[0])
                 for e in engines:
                     cell = {
                         "vocab": vname, "pattern": pname, "engine": e, "batch": B,
                         "steps": len(tokens) + 1, "compile_ms": compile_ms[e],
                         "warm": summarize(data[e]["warm"]), "cold": summarize(data[e]["cold"]),
                         "advance": summarize(data[e]["adv"]),
+                        "novel": summarize(data[e]["novel"]),
+                        "samples_novel_ns": data[e]["novel"],
                         "samples_warm_ns": data[e]["warm"], "samples_cold_ns": data[e]["cold"],
                     }
                     if e.startswith("tractable"):
@@ -438,6 +458,7 @@ def run(args) -> dict:
         "load_avg_at_end": os.getloadavg(),
         "versions": versions(),
         "walks": args.walks,
+        "novel": {k: NOVEL[k] for k in args.patterns},
         "patterns": {k: {"regex": PATTERNS[k][0], "walk": PATTERNS[k][1]} for k in args.patterns},
         "cells": cells,
     }
@@ -466,7 +487,9 @@ def write_markdown(res: dict, path: Path) -> None:
         f"- Command: `{res['command']}`",
         f"- Date: {res['date']}; machine: {res['machine']}; load average at end: "
         + ", ".join(f"{x:.1f}" for x in res["load_avg_at_end"])
-        + " (the machine is shared with other agents: numbers are noisy)",
+        + " (the machine is shared with other agents and was loaded during the run: absolute "
+        "numbers are noisy; the ratios between engines measured in the same run, interleaved, "
+        "are what count)",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in ver.items()),
         f"- {res['walks']} walks per cell (walk 1 cold, the rest warm), engines interleaved walk "
         "by walk in one process (order rotated each walk), `torch.set_num_threads(1)`, "
@@ -516,8 +539,8 @@ def write_markdown(res: dict, path: Path) -> None:
         "## Cold walk (first walk after compile; tractable's caches empty), batch 1, µs median "
         "/ p90; compile ms",
         "",
-        "| vocab | pattern | " + " | ".join(es) + " |",
-        "|---|---|" + "---|" * len(es),
+        "| vocab | pattern | " + " | ".join(es) + " | GCD/xgr median | GCD/xgr p90 |",
+        "|---|---|" + "---|" * len(es) + "---|---|",
     ]
     for v in vs:
         for p in ps:
@@ -527,7 +550,36 @@ def write_markdown(res: dict, path: Path) -> None:
                 row.append("–" if c is None else
                            f"{fmt(c['cold']['median_us'])} / {fmt(c['cold']['p90_us'])}; "
                            f"{fmt(c['compile_ms'])} ms")
+            g, x = get(v, p, "tractable_gcd", 1), get(v, p, "xgrammar", 1)
+            if g and x:
+                row.append(f"{g['cold']['median_us'] / x['cold']['median_us']:.2f}")
+                row.append(f"{g['cold']['p90_us'] / x['cold']['p90_us']:.2f}")
+            else:
+                row += ["–", "–"]
             lines.append("| " + " | ".join(row) + " |")
+    for B in Bs:
+        lines += [
+            "",
+            f"## Novel path (a second valid string, walked once after the warm walks), batch {B}, "
+            "µs median / p90",
+            "",
+            "| vocab | pattern | " + " | ".join(es) + " | GCD/xgr median | GCD/xgr p90 |",
+            "|---|---|" + "---|" * len(es) + "---|---|",
+        ]
+        for v in vs:
+            for p in ps:
+                row = [v, p]
+                for e in es:
+                    c = get(v, p, e, B)
+                    row.append("–" if c is None or "novel" not in c else
+                               f"{fmt(c['novel']['median_us'])} / {fmt(c['novel']['p90_us'])}")
+                g, x = get(v, p, "tractable_gcd", B), get(v, p, "xgrammar", B)
+                if g and x and "novel" in g:
+                    row.append(f"{g['novel']['median_us'] / x['novel']['median_us']:.2f}")
+                    row.append(f"{g['novel']['p90_us'] / x['novel']['p90_us']:.2f}")
+                else:
+                    row += ["–", "–"]
+                lines.append("| " + " | ".join(row) + " |")
     lines += [
         "",
         "## Advance (accept one token), batch 1, warm median µs",

@@ -7,7 +7,7 @@ A :class:`Constraint` answers, for ``B`` prefixes at once (``st``: per-row state
   pairs, the operation AWRS counts (``constraint.checks`` is the running number of token checks);
 * ``advance(st, tokens)``, ``st.select(idx)``, ``is_accepting(st) -> bool [B]``.
 
-Budget convention (the same as the masks of :mod:`tractable.fsa.state`): ``remaining`` r = tokens
+Budget convention (the same as the masks of :mod:`tractable.fsa.masks`): ``remaining`` r = tokens
 that may still be generated, EOS included.  A text token ``v`` is allowed iff the prefix extended by
 ``v`` can still be completed within ``r - 1`` further tokens (``mode="gcd"``), or can be completed
 at all (``mode="lcd"``: the budget is ignored); an EOS id is allowed iff the prefix is accepted and

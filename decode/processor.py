@@ -4,7 +4,7 @@
     proc = tractable.gcd_logits_processor(A, max_new_tokens=8)
     out = model.generate(**inputs, max_new_tokens=8, logits_processor=[proc], do_sample=True)
 
-Semantics (paper 002 §3.2, the masks of :mod:`tractable.fsa.state`): at every step, for each row
+Semantics (paper 002 §3.2, the masks of :mod:`tractable.fsa.masks`): at every step, for each row
 with generated suffix ``x`` of length ``t``, the scores of tokens outside
 ``A.allowed(state(x), remaining=max_new_tokens - t, mode)`` are set to ``-inf``.  With
 ``mode="gcd"`` every output is accepted by the automaton when generation stops (at EOS, or when
@@ -229,6 +229,8 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
         A = self.automaton
         st = A.start(1)
         for j, tok in enumerate(key):
+            if self.max_new_tokens - j <= 0:  # past the budget: no token was allowed there
+                return self._violation(row, tok, j + 1, pruning)
             packed = A.allowed_packed(st, self.max_new_tokens - j, self.mode)[0]
             if not self._bit(packed, tok):
                 return self._violation(row, tok, j + 1, pruning)

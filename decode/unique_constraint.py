@@ -56,7 +56,7 @@ class UniqueItemsConstraint(Constraint):
         B = state.batch_size
         r = _rem(remaining, B)
         packed = self.automaton.allowed_packed(state, torch.from_numpy(r), mode,
-                                               on_dead_end="empty")
+                                               on_dead_end="empty", on_unsatisfiable="empty")
         self.mask_calls += B
         return unpack_bits(packed, self.vocab_size)
 
@@ -74,7 +74,7 @@ class UniqueItemsConstraint(Constraint):
         sub = state.select(torch.tensor([a for a, _ in pairs], dtype=torch.long))
         packed = self.automaton.allowed_packed(
             sub, torch.tensor([q for _, q in pairs], dtype=torch.long), mode,
-            on_dead_end="empty").cpu().numpy().view(np.uint32)
+            on_dead_end="empty", on_unsatisfiable="empty").cpu().numpy().view(np.uint32)
         for i, (a, t, q) in enumerate(zip(rr.tolist(), tt.tolist(), r.tolist())):
             if 0 <= t < self.vocab_size:
                 out[i] = bool(packed[index[(a, q)], t >> 5] >> np.uint32(t & 31) & 1)

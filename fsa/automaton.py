@@ -30,33 +30,36 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import masks as _masks
+from .arrays import ranges as _ranges
+from .arrays import run_starts as _run_starts
+from .arrays import sorted_unique
+from .automaton_file import (  # noqa: F401 - FORMAT_VERSION, _checksum: re-exported
+    _FORMAT_NAME,
+    _HEADER_KEYS,
+    _READ_VERSIONS,
+    _TENSOR_FORMAT,
+    FORMAT_VERSION,
+    _checksum,
+    _deflate,
+    _inflate,
+    _jsonable,
+)
+from .bits import pack_bits, unpack_bits
 from .errors import (
     AutomatonFileNotFoundError,
     AutomatonFormatError,
     EmptyLanguageError,
     VocabularyMismatchError,
 )
-from .lift import (
-    LiftedEdges,
-    SparseRows,
-    _ranges,
-    _run_starts,
-    dedup_rows,
-    dedup_sets,
-    lift,
-    pack_rows,
-    sorted_unique,
-    take_rows,
-)
+from .lift import LiftedEdges, lift
 from .nfa import ByteNFA
-from .state import MaskMixin
+from .token_rows import SparseRows, dedup_rows, dedup_sets, pack_rows, take_rows
 from .vocabulary import TokenVocabulary, require_vocabulary
 
-__all__ = ["TokenAutomaton", "LabelMatrix", "EdgeHMM", "FORMAT_VERSION"]
+__all__ = ["TokenAutomaton", "LabelMatrix", "EdgeHMM", "FORMAT_VERSION", "pack_bits",
+           "unpack_bits"]
 
-#: Version of the on-disk format written by :meth:`TokenAutomaton.save`.
-FORMAT_VERSION = 1
-_FORMAT_NAME = "tractable-token-automaton"
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,31 +112,14 @@ class EdgeHMM:
     final: torch.Tensor
 
 
-def unpack_bits(packed: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """int32 [..., W] bit-packed rows → bool [..., vocab_size] (bit v%32 of word v//32)."""
-    p = packed.contiguous().cpu().numpy()
-    bits = np.unpackbits(p.view(np.uint8), axis=-1, bitorder="little")[..., :vocab_size]
-    return torch.from_numpy(bits.astype(bool))
-
-
-def pack_bits(mask: torch.Tensor) -> torch.Tensor:
-    """bool [..., V] → int32 [..., ceil(V/32)] (inverse of :func:`unpack_bits`)."""
-    m = mask.detach().cpu().numpy().astype(bool)
-    V = m.shape[-1]
-    W = (V + 31) // 32
-    pad = W * 32 - V
-    if pad:
-        m = np.concatenate([m, np.zeros(m.shape[:-1] + (pad,), dtype=bool)], axis=-1)
-    packed = np.packbits(m, axis=-1, bitorder="little")
-    return torch.from_numpy(np.ascontiguousarray(packed).view(np.int32))
-
-
 @dataclass(frozen=True, eq=False)
-class TokenAutomaton(MaskMixin):
+class TokenAutomaton:
     """An NFA over token ids (see the module docstring for the tensor layout).
 
     Build one with :func:`tractable.compile_regex` (or the JSON Schema / grammar compilers), or
-    :meth:`from_byte_nfa`; reload with :meth:`load`.
+    :meth:`from_byte_nfa`; reload with :meth:`load`.  Requests (states, budget-aware masks)
+    are served by the methods under "requests", which call :mod:`.masks`.  One automaton may
+    be shared by several threads (:mod:`.masks`, "Threads").
     """
 
     num_states: int
@@ -302,12 +288,52 @@ class TokenAutomaton(MaskMixin):
         }
 
     def to(self, device: str | torch.device) -> TokenAutomaton:
-        """A copy whose tensors live on ``device`` (the original is unchanged)."""
-        return TokenAutomaton(
+        """A copy whose tensors live on ``device`` (the original is unchanged).  The copy
+        shares the original's identity: each accepts the other's states."""
+        out = TokenAutomaton(
             self.num_states, self.vocab_size, self.edge_src.to(device), self.edge_dst.to(device),
             self.edge_label.to(device), self.labels.to(device), self.initial.to(device),
             self.final.to(device), self.fingerprint, self.eos_token_ids, dict(self.meta),
         )
+        out._memo["identity"] = _masks.identity(self)
+        return out
+
+    # ------------------------------------------------------------------ requests (fsa/masks.py)
+
+    def distance_to_accept(self) -> torch.Tensor:
+        """int64 [S]: fewest text tokens from each state to an accepting state
+        (:func:`.masks.distance_to_accept`; eq. 4 as a threshold)."""
+        return _masks.distance_to_accept(self)
+
+    def backward_messages(self, n: int) -> torch.Tensor:
+        """bool [n + 1, S]: eq. 4's β_t for t = 0..n (:func:`.masks.backward_messages`)."""
+        return _masks.backward_messages(self, n)
+
+    def min_tokens_to_accept(self) -> int:
+        """Fewest text tokens of an accepted output (:func:`.masks.min_tokens_to_accept`)."""
+        return _masks.min_tokens_to_accept(self)
+
+    def check_budget(self, n: int) -> None:
+        """Raise :class:`~.errors.UnsatisfiableBudgetError` if no accepted output fits in ``n``
+        tokens (:func:`.masks.check_budget`)."""
+        _masks.check_budget(self, n)
+
+    def _mask_engine(self) -> _masks.MaskEngine:
+        return _masks.mask_engine(self)
+
+    # The per-request methods are the functions of fsa/masks.py themselves (``self`` is their
+    # first argument ``A``): no wrapper on the decode hot path.  See their docstrings there.
+    #: ``start(batch_size=1) -> AutomatonState``: the initial set {0} per row (eq. 3).
+    start = _masks.start
+    #: ``advance(st, token_ids) -> AutomatonState``: read one token per row (eq. 3).
+    advance = _masks.advance
+    #: ``allowed_packed(st, remaining, mode="gcd", *, out=None, on_unsatisfiable="raise")``
+    #: -> int32 [B, ceil(V/32)]: the GCD / LCD mask of each row, bit-packed.  A live row below
+    #: its minimum budget (or remaining <= 0) raises UnsatisfiableBudgetError by default;
+    #: ``on_unsatisfiable="eos"`` gives it only the EOS ids, ``"empty"`` the all-zero row.
+    allowed_packed = _masks.allowed_packed
+    #: ``allowed(st, remaining, mode="gcd", *, on_unsatisfiable="raise")`` -> bool [B, V].
+    allowed = _masks.allowed
 
     def __repr__(self) -> str:
         kb = self.memory_bytes()["total"] / 1024
@@ -406,8 +432,11 @@ class TokenAutomaton(MaskMixin):
             "eos_token_ids": json.dumps(list(self.eos_token_ids)),
             "meta": json.dumps(_jsonable(self.meta)),
         }
-        header["checksum"] = _checksum(tensors, header)
-        save_file(tensors, str(path), metadata=header)
+        stored, shapes = _deflate(tensors)
+        if shapes:
+            header["zlib"] = json.dumps(shapes)
+        header["checksum"] = _checksum(tensors, header)  # over the tensors as loaded
+        save_file(stored, str(path), metadata=header)
 
     @classmethod
     def load(
@@ -443,45 +472,56 @@ class TokenAutomaton(MaskMixin):
         except ValueError:
             raise AutomatonFormatError(
                 f"{p}: format version {header.get('version')!r} is not a number") from None
-        if version != FORMAT_VERSION:
+        if version not in _READ_VERSIONS:
             raise AutomatonFormatError(
-                f"{p} has format version {version}; this tractable reads version {FORMAT_VERSION}"
-            )
-        need_t = ("edge_src", "edge_dst", "edge_label", "labels", "initial", "final")
+                f"{p} has format version {version}; this tractable reads versions "
+                f"{', '.join(map(str, _READ_VERSIONS))}")
+        if "zlib" in header and version < 2:
+            raise AutomatonFormatError(f"{p}: compressed tensors in a version {version} file")
+        tensors = _inflate(p, tensors, header.get("zlib"))
+        need_t = tuple(_TENSOR_FORMAT)
         need_h = ("num_states", "vocab_size", "fingerprint", "eos_token_ids")
         missing = [k for k in need_t if k not in tensors] + [k for k in need_h if k not in header]
         if missing:
             raise AutomatonFormatError(f"{p} lacks {missing}")
+        unknown = sorted(set(header) - _HEADER_KEYS)
+        if unknown:  # e.g. a corrupted "checksum" key: refuse rather than skip the checksum
+            raise AutomatonFormatError(f"{p}: unknown header fields {unknown[:5]}")
+        # dtypes and ranks first: the checksum and every check below read them
+        for k, (want, ndim) in _TENSOR_FORMAT.items():
+            if tensors[k].dtype != want:
+                raise AutomatonFormatError(f"{p}: {k} has dtype {tensors[k].dtype}, not {want}")
+            if tensors[k].ndim != ndim:
+                raise AutomatonFormatError(f"{p}: tensor shapes do not match the format: "
+                                           f"{k} has {tensors[k].ndim} dimensions, not {ndim}")
         if "checksum" in header:
             body = {k: v for k, v in header.items() if k != "checksum"}
-            if _checksum(tensors, body) != header["checksum"]:
+            try:
+                ok = _checksum(tensors, body) == header["checksum"]
+            except Exception as e:  # noqa: BLE001 - an extra tensor of an odd dtype or shape
+                raise AutomatonFormatError(f"{p}: cannot checksum the file: {e}") from None
+            if not ok:
                 raise AutomatonFormatError(
                     f"{p}: checksum mismatch (the file was modified or truncated after save)")
         try:
             S, V = int(header["num_states"]), int(header["vocab_size"])
             eos = json.loads(header["eos_token_ids"])
             meta = json.loads(header.get("meta", "{}"))
-        except ValueError as e:  # JSONDecodeError is a ValueError
+        except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
             raise AutomatonFormatError(f"{p}: unreadable header field: {e}") from None
         if S < 1 or V < 1 or not isinstance(meta, dict) or not isinstance(eos, list) or not all(
-                isinstance(e, int) and 0 <= e < V for e in eos):
+                type(e) is int and 0 <= e < V for e in eos):
             raise AutomatonFormatError(
-                f"{p}: header out of range (num_states {S}, vocab_size {V}, eos_token_ids {eos})")
+                f"{p}: header out of range (num_states {S}, vocab_size {V}, "
+                f"eos_token_ids {str(eos)[:200]})")
         e_shape = tensors["edge_src"].shape
         if (
-            tensors["labels"].ndim != 2
-            or tensors["labels"].shape[1] != (V + 31) // 32
+            tensors["labels"].shape[1] != (V + 31) // 32
             or tuple(tensors["initial"].shape) != (S,)
             or tuple(tensors["final"].shape) != (S,)
-            or len(e_shape) != 1
             or not e_shape == tensors["edge_dst"].shape == tensors["edge_label"].shape
         ):
             raise AutomatonFormatError(f"{p}: tensor shapes do not match S={S}, V={V}")
-        for k, want in (("edge_src", torch.int64), ("edge_dst", torch.int64),
-                        ("edge_label", torch.int64), ("labels", torch.int32),
-                        ("initial", torch.uint8), ("final", torch.uint8)):
-            if tensors[k].dtype != want:
-                raise AutomatonFormatError(f"{p}: {k} has dtype {tensors[k].dtype}, not {want}")
         L = int(tensors["labels"].shape[0])
         for k, hi in (("edge_src", S), ("edge_dst", S), ("edge_label", L)):
             t = tensors[k]
@@ -498,6 +538,11 @@ class TokenAutomaton(MaskMixin):
             raise VocabularyMismatchError(
                 header["fingerprint"], vocabulary.fingerprint,
                 differences="; ".join(diff) or "same size and EOS ids: the token strings differ")
+        if V != vocabulary.size or list(eos) != list(vocabulary.eos_token_ids):
+            raise AutomatonFormatError(
+                f"{p}: vocab_size {V} / EOS ids {eos} disagree with the vocabulary of the same "
+                f"fingerprint ({vocabulary.size} / {list(vocabulary.eos_token_ids)})")
+        _check_semantics(p, tensors, S, V, vocabulary)
         out = cls(
             num_states=S,
             vocab_size=V,
@@ -517,28 +562,52 @@ class TokenAutomaton(MaskMixin):
 # ---------------------------------------------------------------------------- helpers
 
 
-def _checksum(tensors: dict, header: dict) -> str:
-    """SHA-256 over the header fields (sorted) and each tensor's name, dtype, shape and bytes."""
-    import hashlib
+def _check_semantics(p, tensors: dict, S: int, V: int, vocabulary: TokenVocabulary) -> None:
+    """The invariants every method relies on, for a file whose tensors are well typed and in
+    range (called by :meth:`TokenAutomaton.load`; raises AutomatonFormatError naming the first
+    violation): state 0 is the only initial state; every label row that an edge uses holds a
+    text token and no other id (no EOS, special or padding id, no bit past V); every state is
+    reachable from state 0 and reaches an accepting state (trimmed: the masks' distances are
+    finite)."""
+    init = tensors["initial"].numpy()
+    fin = tensors["final"].numpy()
+    if init.max(initial=0) > 1 or fin.max(initial=0) > 1:
+        raise AutomatonFormatError(f"{p}: initial/final hold values other than 0 and 1")
+    if not (init[0] == 1 and int(init.sum()) == 1):
+        raise AutomatonFormatError(
+            f"{p}: the initial states are {np.flatnonzero(init)[:10].tolist()}, not [0]")
+    labels = tensors["labels"].numpy().view(np.uint32)
+    used = np.unique(tensors["edge_label"].numpy())
+    text = vocabulary.text_token_mask.copy()
+    for e in vocabulary.eos_token_ids:
+        text[e] = False
+    allowed_bits = np.packbits(np.concatenate([text, np.zeros(labels.shape[1] * 32 - V,
+                                                                dtype=bool)]),
+                               bitorder="little").view(np.uint32)
+    if labels.shape[0]:
+        stray = np.flatnonzero((labels & ~allowed_bits).any(axis=1))
+        if stray.size:
+            row = int(stray[0])
+            word = int(np.flatnonzero(labels[row] & ~allowed_bits)[0])
+            bit = int(labels[row, word] & ~allowed_bits[word])
+            tok = 32 * word + (bit & -bit).bit_length() - 1
+            raise AutomatonFormatError(
+                f"{p}: label row {row} holds id {tok}, which is not a text token of the "
+                f"vocabulary (EOS, special, padding, or past vocab_size {V})")
+    if used.size:
+        empty = used[~labels[used].any(axis=1)]
+        if empty.size:
+            raise AutomatonFormatError(f"{p}: label row {int(empty[0])} is used by an edge "
+                                       "but holds no token")
+    src, dst = tensors["edge_src"].numpy(), tensors["edge_dst"].numpy()
+    keep, _ = _trim_states(S, src, dst, fin.astype(bool), start=0)
+    if not keep.all():
+        bad = int(np.flatnonzero(~keep)[0])
+        raise AutomatonFormatError(
+            f"{p}: state {bad} is unreachable from state 0 or cannot reach an accepting state "
+            "(a saved automaton is trimmed)")
 
-    h = hashlib.sha256()
-    h.update(json.dumps(header, sort_keys=True).encode())
-    for k in sorted(tensors):
-        t = tensors[k].contiguous()
-        h.update(f"{k}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
 
-
-def _jsonable(meta: dict) -> dict:
-    out = {}
-    for k, v in meta.items():
-        try:
-            json.dumps(v)
-            out[k] = v
-        except TypeError:
-            out[k] = repr(v)
-    return out
 
 
 def _csr(S: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

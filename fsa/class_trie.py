@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arrays import ranges as _ranges
+from .arrays import stable_argsort
+from .arrays import unique_inverse as _unique_inverse
 from .lift_subsets import _SubsetTable
-from .token_rows import _ranges, _unique_inverse, stable_argsort
 from .vocabulary import TokenVocabulary
 
 __all__ = ["prepare"]

@@ -18,7 +18,9 @@ __all__ = [
     "AutomatonFormatError",
     "AutomatonFileNotFoundError",
     "EmptyLanguageError",
+    "EmptySchemaError",
     "UnsatisfiableBudgetError",
+    "ForeignStateError",
     "UnsupportedSchemaError",
     "InvalidSchemaError",
     "UnresolvedReferenceError",
@@ -41,6 +43,24 @@ class InvalidArgumentTypeError(TractableError, TypeError):
     """An argument of a tractable function has a type it cannot take."""
 
 
+#: Characters of a pattern a regex error message shows on each side of the error position.
+EXCERPT_RADIUS = 40
+
+
+def pattern_excerpt(pattern: str, position: int | None, radius: int = EXCERPT_RADIUS) -> str:
+    """``repr(pattern)``, or for a long pattern the ``radius`` characters on each side of
+    ``position`` (the start where None) with ``…`` where text is left out and the total length:
+    a 20 kB pattern made 20 kB messages (issue 23).  The full pattern stays on the error's
+    ``pattern`` attribute."""
+    if len(pattern) <= 2 * radius + 8:
+        return repr(pattern)
+    at = 0 if position is None else max(0, min(position, len(pattern)))
+    lo, hi = max(0, at - radius), min(len(pattern), at + radius)
+    head = "…" if lo > 0 else ""
+    tail = "…" if hi < len(pattern) else ""
+    return f"{head}{pattern[lo:hi]!r}{tail} (a pattern of {len(pattern):,} characters)"
+
+
 class InvalidRegexError(TractableError, ValueError):
     """The pattern is not a valid regular expression.
 
@@ -49,7 +69,7 @@ class InvalidRegexError(TractableError, ValueError):
 
     def __init__(self, message: str, pattern: str, position: int | None = None):
         where = f" at position {position}" if position is not None else ""
-        super().__init__(f"{message}{where} in regex {pattern!r}")
+        super().__init__(f"{message}{where} in regex {pattern_excerpt(pattern, position)}")
         self.pattern = pattern
         self.position = position
 
@@ -62,7 +82,8 @@ class UnsupportedRegexError(TractableError, ValueError):
 
     def __init__(self, construct: str, pattern: str, position: int | None = None):
         where = f" at position {position}" if position is not None else ""
-        super().__init__(f"unsupported regex construct {construct}{where} in {pattern!r}")
+        super().__init__(f"unsupported regex construct {construct}{where} in "
+                         f"{pattern_excerpt(pattern, position)}")
         self.pattern = pattern
         self.construct = construct
         self.position = position
@@ -99,19 +120,50 @@ class EmptyLanguageError(TractableError, ValueError):
     """The constraint accepts no token sequence over this vocabulary."""
 
 
+class EmptySchemaError(EmptyLanguageError):
+    """A JSON Schema that no instance satisfies, with the smallest empty sub-schema found.
+
+    Attributes: ``keyword`` (e.g. ``"minimum"``, ``"allOf"``, ``"enum"``, ``"$ref"``),
+    ``pointer`` (JSON pointer of that sub-schema or keyword), ``detail`` (why).
+    """
+
+    def __init__(self, keyword: str, pointer: str, detail: str = ""):
+        extra = f": {detail}" if detail else ""
+        super().__init__(f"the JSON Schema accepts no instance: keyword {keyword!r} at "
+                         f"{pointer}{extra}")
+        self.keyword = keyword
+        self.pointer = pointer
+        self.detail = detail
+
+
 class UnsatisfiableBudgetError(TractableError, ValueError):
     """The token budget is below the fewest tokens any accepted output needs.
 
-    Attributes: ``budget`` and ``minimum`` (ints).
+    Raised by ``check_budget`` (whole outputs: ``row`` is None) and by the masks
+    (``allowed``/``allowed_packed``) for a live batch row whose ``remaining`` budget is below what
+    its state needs to produce any allowed token (``row`` is that row).
+
+    Attributes: ``budget`` and ``minimum`` (ints), ``row`` (int or None).
     """
 
-    def __init__(self, budget: int, minimum: int):
-        super().__init__(
-            f"a budget of {budget} tokens cannot satisfy the constraint: "
-            f"the shortest accepted output needs {minimum} tokens"
-        )
+    def __init__(self, budget: int, minimum: int, *, row: int | None = None):
+        if row is None:
+            msg = (f"a budget of {budget} tokens cannot satisfy the constraint: "
+                   f"the shortest accepted output needs {minimum} tokens")
+        else:
+            msg = (f"row {row}: {budget} remaining tokens cannot complete the constraint from "
+                   f"this state, which needs at least {minimum} (EOS included); no token is "
+                   "allowed (pass on_unsatisfiable='eos' or 'empty' to get a mask instead)")
+        super().__init__(msg)
         self.budget = budget
         self.minimum = minimum
+        self.row = row
+
+
+class ForeignStateError(TractableError, ValueError):
+    """A state made by one automaton (``start``/``advance``) was given to another: its state
+    numbering means nothing there, even with the same number of states.  ``A.to(device)``
+    copies share their original's identity and accept its states."""
 
 
 class UnsupportedSchemaError(TractableError, ValueError):

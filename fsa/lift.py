@@ -30,7 +30,15 @@ the real NFA (so re-entering the component later is also exact).  Llama-3, Glaiv
 the walks of ~60 string-content states shrink to one template walk plus the few thousand trie
 nodes where a token crosses a closing quote.
 
-Modules: :mod:`.token_rows` (packed token-set rows, their hashing and exact dedup),
+Periodic components (:mod:`.lift_periodic`).  A counted repetition (``maxLength: N``, ``{m,n}``)
+is one component of N copies of a body; its template is one walk of the body's states over
+copies ``0..C`` of it (C = the longest token in bytes), cached per vocabulary and body, and
+every copy takes the body's token rows, renamed.  Llama-3, ``maxLength`` 1000: 14,003 template
+starts walked (34 s) become 14 (about 2 s for the whole compile; bench/results/
+compile_repetition.md).
+
+Modules: :mod:`.arrays` (integer-array primitives), :mod:`.token_rows` (packed token-set rows,
+their hashing and exact dedup),
 :mod:`.lift_subsets` (the interned subset table), :mod:`.class_trie` (per-vocabulary tables,
 class tries and the per-vocabulary caches), :mod:`.lift_components` (the component split and the
 records of template and entry walks).  This module walks (the trie walk, the component walks)
@@ -43,6 +51,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arrays import ranges as _ranges
+from .arrays import run_starts as _run_starts
+from .arrays import sorted_unique
+from .arrays import stable_argsort as stable_argsort
 from .class_trie import (
     _byte_nodes_of,
     _cached_class_trie,
@@ -66,6 +78,7 @@ from .lift_components import (
     _Template,
     _template_of,
 )
+from .lift_periodic import body_component, expand_template, merge_templates, periodic_structure
 from .lift_subsets import (
     _edge_arrays,
     _expand_members,
@@ -74,19 +87,8 @@ from .lift_subsets import (
     _SubsetTable,
 )
 from .nfa import ByteNFA, byte_classes, finalize
-from .token_rows import (
-    SparseRows,
-    _pack_sets,
-    _ranges,
-    _row_hashes,
-    _run_starts,
-    dedup_sets,
-    pack_rows,
-    sorted_unique,
-)
-from .token_rows import _unique_inverse as _unique_inverse
+from .token_rows import SparseRows, _pack_sets, _row_hashes, dedup_sets, pack_rows
 from .token_rows import dedup_rows as dedup_rows
-from .token_rows import stable_argsort as stable_argsort
 from .token_rows import take_rows as take_rows
 from .vocabulary import TokenVocabulary
 
@@ -129,6 +131,7 @@ class LiftedEdges:
     components: int = 0
     templates_built: int = 0
     row_hash: np.ndarray | None = None  # uint64 [Lr]: _row_hashes of ``rows``, when known
+    periodic: int = 0  # components lifted from one walk of a periodic body (.lift_periodic)
 
 
 # The plain walk uses a class trie once its estimated byte-trie walk (the two-level bound of
@@ -271,7 +274,8 @@ def _entries(comp: _Component, rels: list[int], vocab: TokenVocabulary) -> list[
 
 
 def _component_walks(comp: _Component, rels: list[int], vocab: TokenVocabulary, *,
-                     template: bool = True) -> tuple[_Template | None, list[_Entry]]:
+                     template: bool = True,
+                     starts: int | None = None) -> tuple[_Template | None, list[_Entry]]:
     """A component's template (when ``template``) and its entry walks into relative states
     ``rels``, from one subset table and one walk: over the component's class trie, or over the
     byte trie itself when that walk is small and the class trie not cached
@@ -284,7 +288,8 @@ def _component_walks(comp: _Component, rels: list[int], vocab: TokenVocabulary, 
     state each): a JSON string entered at 13 states took 13 walks of 1-3 ms.  The template's
     starts (its relative states) walk beside them: a new digit loop's template and entry walks
     took 1.4 + 0.7 ms apart (Github_medium o10297, measured here); each start's records are the
-    same either way."""
+    same either way.  ``starts``: int64, the relative states the template walks from (default:
+    all; a periodic body's, or the states before it, :mod:`.lift_periodic`)."""
     n = int(comp.states.size)
     K = int(comp.targets.size)
     x = n + K
@@ -294,8 +299,11 @@ def _component_walks(comp: _Component, rels: list[int], vocab: TokenVocabulary, 
     # the component's own byte classes: x reads every class, the dead one (bytes no component
     # edge reads) included, and so the template's class trie serves the entries
     sub = _SubsetTable(T, classes=byte_classes(m for _, m, _ in comp.edges))
-    n0 = n if template else 0  # starts 0..n0-1: the template's; n0 + i: rel i's
-    single = sub.intern_singletons(n0)
+    # starts 0..n0-1: the template's (relative states st); n0 + i: rel i's
+    st = np.arange(n, dtype=np.int64) if starts is None else starts
+    n0 = int(st.size) if template else 0
+    single = sub.intern_singletons(n)[st[:n0]] if starts is not None else \
+        sub.intern_singletons(n0)
     sx = np.array([sub.intern((x + i,)) for i in range(R)], dtype=np.int64)
     d0 = np.concatenate([single, sx])
     # the byte trie itself where the walk stays small and the class trie is not built yet
@@ -314,7 +322,7 @@ def _component_walks(comp: _Component, rels: list[int], vocab: TokenVocabulary, 
     tmpl = None
     if template:
         sel = s_all < n0
-        tmpl = _template_of(comp, ct, s_all[sel], m_all[sel], node_all[sel], vocab)
+        tmpl = _template_of(comp, ct, st[s_all[sel]], m_all[sel], node_all[sel], vocab)
         # the entries' records apart once, not a pass over the template's records per rel
         sel = ~sel
         s_all, m_all, node_all = s_all[sel], m_all[sel], node_all[sel]
@@ -351,6 +359,37 @@ def _component_walks(comp: _Component, rels: list[int], vocab: TokenVocabulary, 
         c_ptr[1:] = np.cumsum(np.bincount(c_fb, minlength=256))
         out.append(_Entry(dest, full, ptr, toks[order], c_k[o], c_b[o], c_ptr))
     return tmpl, out
+
+
+# Periodic components (counted repetitions): one walk of the body for every copy.
+_USE_PERIODIC = True
+
+
+def _periodic_template(comp: _Component, rels: list[int], vocab: TokenVocabulary
+                       ) -> tuple[_Template, list[_Entry]] | None:
+    """The component's template from one walk of its periodic body (:mod:`.lift_periodic`),
+    with the walks of the states before the body and the entry walks into ``rels``; None when
+    it is not periodic.  The body walk is cached on ``vocab`` (equal bodies and exits share it:
+    ``maxLength`` 50 and 1000 walk once); mutates ``vocab``'s private memo."""
+    per = periodic_structure(comp)
+    if per is None:
+        return None
+    C = max(1, int(vocab.trie.max_depth))  # a token crosses at most one copy per byte
+    cache = vocab._memo.setdefault("lift_templates", {})
+    key = ("periodic", per.key, C)
+    tmb = cache.get(key)
+    if tmb is None:
+        tmb = _component_walks(body_component(per, C), [], vocab,
+                               starts=np.arange(per.P, dtype=np.int64))[0]
+        _remember(cache, key, tmb)
+    tm = expand_template(per, int(comp.states.size), tmb, C)
+    ents: list[_Entry] = []
+    if per.outside.size:  # the states before the body, walked as they are, beside the entries
+        pre, ents = _component_walks(comp, rels, vocab, starts=per.outside)
+        tm = merge_templates(tm, pre)
+    elif rels:
+        ents = _entries(comp, rels, vocab)
+    return tm, ents
 
 
 # Components: walk each distinct template once (cached per vocabulary) instead of every copy.
@@ -419,6 +458,7 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     c_byte: list[np.ndarray] = []
     c_state: list[np.ndarray] = []
     built = 0
+    periodic = 0
     # the entry walks this NFA needs: cached ones held here (inserting the new ones may evict
     # them from the cache), the others all rels of one template in one walk, with the
     # template's own walk when that is new too
@@ -447,9 +487,14 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
             tm = cache.get(comp.sig)
             if tm is None:
                 rels = missing.pop(comp.sig, [])
-                tm, ents = _component_walks(comp, rels, vocab)
+                got = _periodic_template(comp, rels, vocab) if _USE_PERIODIC else None
+                if got is None:
+                    tm, ents = _component_walks(comp, rels, vocab)
+                    _remember(cache, comp.sig, tm)
+                else:  # rebuilt from the cached body walk: not kept (its arrays grow with n)
+                    tm, ents = got
+                    periodic += 1
                 built += 1 + len(rels)
-                _remember(cache, comp.sig, tm)
                 for rel, ent in zip(rels, ents):
                     needed[("entry", comp.sig, rel)] = ent
                     _remember(cache, ("entry", comp.sig, rel), ent)
@@ -597,6 +642,7 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
         np.concatenate(rows) if rows else np.zeros((0, W), dtype=np.uint32),
         len(comps), built,
         np.concatenate(row_hash) if row_hash else np.zeros(0, dtype=np.uint64),
+        periodic,
     )
 
 

@@ -25,10 +25,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .arrays import ranges as _ranges
+from .arrays import run_starts as _run_starts
 from .class_trie import _byte_nodes_of
 from .lift_subsets import _edge_arrays
 from .nfa import ByteNFA
-from .token_rows import _pack_sets, _ranges, _row_hashes, _run_starts, dedup_sets, pack_rows
+from .token_rows import _pack_sets, _row_hashes, dedup_sets, pack_rows
 from .vocabulary import TokenVocabulary
 
 __all__: list[str] = []

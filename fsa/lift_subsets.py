@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import ranges as _ranges
+from .arrays import run_starts as _run_starts
+from .arrays import sorted_unique
 from .nfa import ByteNFA, byte_classes
-from .token_rows import _ranges, _run_starts, sorted_unique
 
 __all__: list[str] = []
 

@@ -12,10 +12,8 @@ the first of its group, and settles collisions by the rows' bytes.  :func:`dedup
 same for sorted id sets (hashed by :func:`_token_hashes`, compared element-wise, collisions by an
 exact fallback).  Hashes only group candidates; equality is always checked exactly.
 
-Array primitives: :func:`_ranges` (concatenated aranges), :func:`sorted_unique` and
-:func:`_run_starts` (sort-based unique), :func:`stable_argsort` (radix passes over 16-bit digits)
-and :func:`_unique_inverse` (``np.unique`` with inverse, by presence tables below
-``_DENSE_UNIQUE``).
+The integer-array primitives these are built with live in :mod:`.arrays` (re-exported here
+under their former names).
 """
 
 from __future__ import annotations
@@ -23,6 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from .arrays import ranges as _ranges
+from .arrays import run_starts as _run_starts
+from .arrays import sorted_unique, stable_argsort
 
 __all__ = [
     "SparseRows",
@@ -33,64 +35,6 @@ __all__ = [
     "stable_argsort",
     "take_rows",
 ]
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + c)`` for each (s, c), vectorized."""
-    return np.arange(int(counts.sum())) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
-
-
-def sorted_unique(a: np.ndarray) -> np.ndarray:
-    """The distinct values of an int64 array, sorted (== ``np.unique(a)``).
-
-    A sort and a neighbour comparison: numpy 2.4's ``np.unique`` hashes, which takes 7.4 s on 9M
-    distinct int64 keys where this takes 0.15 s (measured here).
-    """
-    s = np.sort(a)
-    return s[_run_starts(s)]
-
-
-def _run_starts(s: np.ndarray) -> np.ndarray:
-    """int64: the index of the first element of each run of equal values in sorted ``s``."""
-    if s.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    keep = np.empty(s.size, dtype=bool)
-    keep[0] = True
-    np.not_equal(s[1:], s[:-1], out=keep[1:])
-    return np.flatnonzero(keep)
-
-
-def stable_argsort(key: np.ndarray, bound: int) -> np.ndarray:
-    """``np.argsort(key, kind="stable")`` for int keys in ``[0, bound)``, by radix passes over
-    16-bit digits (numpy radix-sorts 16-bit ints; int64 gets a merge sort): 128k keys in 4 ms
-    per digit where the int64 sort takes 22 ms (measured here)."""
-    if bound <= 1 << 16:
-        return key.astype(np.uint16).argsort(kind="stable")
-    if bound > 1 << 32:
-        return np.argsort(key, kind="stable")
-    order = (key & 0xFFFF).astype(np.uint16).argsort(kind="stable")
-    high = (key[order] >> 16).astype(np.uint16)
-    return order[high.argsort(kind="stable")]
-
-
-def _unique_inverse(key: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(key, return_inverse=True)`` for keys in ``[0, bound)``.
-
-    Below ``_DENSE_UNIQUE`` a presence table and a rank table replace the sort: the class
-    trie of a JSON-string partition over Llama-3 (~660 calls on 275k byte-trie nodes) drops from
-    49 ms to 37 ms per partition (measured here, 2 cores busy)."""
-    if bound > _DENSE_UNIQUE:
-        return np.unique(key, return_inverse=True)
-    present = np.zeros(bound, dtype=bool)
-    present[key] = True
-    uniq = np.flatnonzero(present)
-    rank = np.empty(bound, dtype=np.int64)
-    rank[uniq] = np.arange(uniq.size)
-    return uniq, rank[key]
-
-
-# Largest key range _unique_inverse scans densely (a bool table and an int64 rank: 9 MB).
-_DENSE_UNIQUE = 1 << 20
 
 
 #: pack_rows takes the sparse path up to this many pairs; more pairs fill most words anyway.

@@ -473,7 +473,8 @@ class UniqueItemsAutomaton:
 
     def allowed_packed(self, st: UniqueItemsState, remaining, mode: str = "gcd", *,
                        out: torch.Tensor | None = None,
-                       on_dead_end: str = "raise") -> torch.Tensor:
+                       on_dead_end: str = "raise",
+                       on_unsatisfiable: str = "raise") -> torch.Tensor:
         """int32 [B, ceil(V/32)]: the automaton's mask (:meth:`~.state.MaskMixin.
         allowed_packed`, same arguments) without the tokens that complete or commit a
         duplicate item, or (``"gcd"``) whose surviving states are beyond ``remaining - 1``.
@@ -483,7 +484,8 @@ class UniqueItemsAutomaton:
                 (``on_dead_end="raise"``, the default; ``"empty"`` returns the empty row).
         """
         rows = self._rows_of(st)
-        packed = self.automaton.allowed_packed(st, remaining, mode, out=out)
+        packed = self.automaton.allowed_packed(st, remaining, mode, out=out,
+                                               on_unsatisfiable=on_unsatisfiable)
         B = len(rows)
         todo = [b for b in range(B) if rows[b].configs]
         if not todo:
@@ -525,11 +527,13 @@ class UniqueItemsAutomaton:
                 cleared = True
         return cleared
 
-    def allowed(self, st: UniqueItemsState, remaining, mode: str = "gcd") -> torch.Tensor:
+    def allowed(self, st: UniqueItemsState, remaining, mode: str = "gcd", *,
+                on_unsatisfiable: str = "raise") -> torch.Tensor:
         """bool [B, V]: the unpacked :meth:`allowed_packed`."""
         from .automaton import unpack_bits
 
-        return unpack_bits(self.allowed_packed(st, remaining, mode), self.vocab_size).to(
+        packed = self.allowed_packed(st, remaining, mode, on_unsatisfiable=on_unsatisfiable)
+        return unpack_bits(packed, self.vocab_size).to(
             st.active.device)
 
     # ------------------------------------------------------------ whole sequences

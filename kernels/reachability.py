@@ -38,8 +38,8 @@ from __future__ import annotations
 import torch
 
 from ..fsa.errors import InvalidArgumentError
+from ._common import UNREACHABLE
 from ._triton import build, resolve_backend
-from .token_mask import UNREACHABLE
 
 __all__ = [
     "UNREACHABLE",

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 import torch
 
 from ..fsa.errors import InvalidArgumentError, TokenError
+from ._common import MODES as _MODES
+from ._common import UNREACHABLE
 from ._triton import build, resolve_backend
 
 __all__ = [
@@ -60,10 +62,6 @@ __all__ = [
     "pack_mask",
 ]
 
-#: ``distance`` of a state that cannot reach an accepting state.
-UNREACHABLE = torch.iinfo(torch.int64).max
-
-_MODES = ("gcd", "lcd")
 
 
 @dataclass(frozen=True, eq=False)

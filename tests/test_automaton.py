@@ -9,6 +9,7 @@ Then a real-vocabulary check on Llama-3 with random segmentations.
 from __future__ import annotations
 
 import itertools
+import json
 import random
 
 import numpy as np
@@ -574,3 +575,123 @@ def test_load_accepts_its_own_files_and_old_ones(tmp_path, tiny):
     old = _tampered(tmp_path, tiny, "old.safetensors", keep_checksum=False)  # no checksum
     C = TokenAutomaton.load(old, tiny)
     assert torch.equal(A.edge_label, C.edge_label)
+
+
+# ------------------------------------------------------------------ compressed format (issue 21)
+
+
+@pytest.fixture(scope="module")
+def packed_file(gpt2_vocab, tmp_path_factory):
+    """(automaton, path) of a gpt2-vocabulary regex whose label rows (6 KiB each) are saved
+    zlib-compressed."""
+    from tractable.fsa.regex import compile_regex
+
+    A = compile_regex(r"[a-z]{2,5}(-[A-Z][0-9]{1,3}|\.[0-9a-f]{2}|_(on|off|x+))*;", gpt2_vocab)
+    p = tmp_path_factory.mktemp("packed") / "a.safetensors"
+    A.save(p)
+    return A, p
+
+
+def _parts(p):
+    from safetensors import safe_open
+
+    with safe_open(str(p), framework="pt") as f:
+        return dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
+
+
+def test_save_compresses_large_tensors(packed_file, gpt2_vocab):
+    """Issue 21: the label matrix is stored as ``labels.zlib`` (declared in header ``zlib``),
+    the file is far smaller than the raw tensors, and load gives back identical tensors."""
+    A, p = packed_file
+    header, stored = _parts(p)
+    assert header["version"] == str(FORMAT_VERSION) == "2"
+    assert "labels.zlib" in stored and "labels" not in stored
+    assert json.loads(header["zlib"])["labels"] == list(A.labels.shape)
+    raw = sum(t.numel() * t.element_size() for t in (A.labels, A.edge_src, A.edge_dst))
+    assert A.labels.numel() * 4 >= 64 << 10 and p.stat().st_size * 10 < raw
+    B = TokenAutomaton.load(p, gpt2_vocab)
+    for k in ("edge_src", "edge_dst", "edge_label", "labels", "initial", "final"):
+        assert torch.equal(getattr(A, k), getattr(B, k)), k
+    st = B.start(1)
+    assert torch.equal(A.allowed_packed(A.start(1), 6), B.allowed_packed(st, 6))
+
+
+def _rewrite(src, dst, header=None, tensors=None, drop=(), checksum="keep"):
+    from safetensors.torch import save_file
+
+    h, t = _parts(src)
+    h.update(header or {})
+    t.update(tensors or {})
+    for k in drop:
+        (h if k in h else t).pop(k)
+    if checksum == "drop":
+        h.pop("checksum", None)
+    save_file(t, str(dst), metadata=h)
+    return dst
+
+
+def _flip(blob):
+    b = blob.clone()
+    b[b.numel() // 2] ^= 0x5A
+    return b
+
+
+@pytest.mark.parametrize("what,edit,match", [
+    ("corrupt blob", lambda h, t: ({}, {"labels.zlib": _flip(t["labels.zlib"])}, ()),
+     "corrupt|checksum|exactly"),
+    ("truncated blob", lambda h, t: ({}, {"labels.zlib": t["labels.zlib"][:-9].clone()}, ()),
+     "exactly|corrupt"),
+    ("longer shape", lambda h, t: ({"zlib": json.dumps({"labels": [
+        json.loads(h["zlib"])["labels"][0] + 1, json.loads(h["zlib"])["labels"][1]]})}, {}, ()),
+     "exactly"),
+    ("huge shape", lambda h, t: ({"zlib": json.dumps({"labels": [10**12, 1571]})}, {}, ()),
+     "more than"),
+    ("rank", lambda h, t: ({"zlib": json.dumps({"labels": [5]})}, {}, ()), "bad shape"),
+    ("bad JSON", lambda h, t: ({"zlib": "{"}, {}, ()), "unreadable header field 'zlib'"),
+    ("no header field", lambda h, t: ({}, {}, ("zlib",)), "without a 'zlib'"),
+    ("undeclared name", lambda h, t: ({"zlib": json.dumps({"labels": [1, 1],
+                                                           "final": [3]})}, {}, ()),
+     "does not name"),
+    ("raw and compressed", lambda h, t: ({}, {"labels": torch.zeros((1, 1571), dtype=torch.int32)},
+                                         ()), "not expected here"),
+    ("blob dtype", lambda h, t: ({}, {"labels.zlib": t["labels.zlib"].to(torch.int32)}, ()),
+     "not a uint8 vector"),
+    ("version 1", lambda h, t: ({"version": "1"}, {}, ()), "version 1 file"),
+])
+@pytest.mark.parametrize("checksum", ["keep", "drop"])
+def test_load_refuses_bad_compressed_tensors(packed_file, gpt2_vocab, tmp_path, what, edit,
+                                            match, checksum):
+    """Every malformed ``.zlib`` tensor or ``zlib`` header field is refused with an
+    AutomatonFormatError naming it, with or without a checksum, before any large allocation."""
+    _, p = packed_file
+    h, t = _parts(p)
+    hdr, tens, drop = edit(h, t)
+    bad = _rewrite(p, tmp_path / "bad.safetensors", hdr, tens, drop, checksum)
+    with pytest.raises(AutomatonFormatError, match=match):
+        TokenAutomaton.load(bad, gpt2_vocab)
+
+
+def test_load_reads_version_1_files(packed_file, gpt2_vocab, tmp_path):
+    """A version 1 file (every tensor raw, as saved before issue 21) still loads, checksum
+    included; version 0 and 3 are refused."""
+    from safetensors.torch import save_file
+    from tractable.fsa.automaton import _checksum
+
+    A, _ = packed_file
+    tensors = {"edge_src": A.edge_src, "edge_dst": A.edge_dst, "edge_label": A.edge_label,
+               "labels": A.labels, "initial": A.initial.to(torch.uint8),
+               "final": A.final.to(torch.uint8)}
+    h, _ = _parts(packed_file[1])
+    h.pop("zlib")
+    for version, ok in (("1", True), ("0", False), (str(FORMAT_VERSION + 1), False)):
+        h["version"] = version
+        h.pop("checksum", None)
+        h["checksum"] = _checksum(tensors, h)
+        f = tmp_path / f"v{version}.safetensors"
+        save_file(tensors, str(f), metadata=h)
+        if ok:
+            B = TokenAutomaton.load(f, gpt2_vocab)
+            assert torch.equal(B.labels, A.labels) and torch.equal(B.edge_dst, A.edge_dst)
+        else:
+            with pytest.raises(AutomatonFormatError, match="version"):
+                TokenAutomaton.load(f, gpt2_vocab)

@@ -1,0 +1,71 @@
+"""Integer-array primitives shared by the lift and the automaton (numpy, vectorized).
+
+:func:`ranges` (concatenated aranges), :func:`sorted_unique` and :func:`run_starts` (sort-based
+unique), :func:`stable_argsort` (radix passes over 16-bit digits) and :func:`unique_inverse`
+(``np.unique`` with inverse, by presence tables below ``_DENSE_UNIQUE``).  Packed token-set rows
+(``pack_rows``, ``SparseRows``, exact row dedup) are in :mod:`.token_rows`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ranges", "run_starts", "sorted_unique", "stable_argsort", "unique_inverse"]
+
+
+def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + c)`` for each (s, c), vectorized."""
+    return np.arange(int(counts.sum())) + np.repeat(starts - (np.cumsum(counts) - counts), counts)
+
+
+def sorted_unique(a: np.ndarray) -> np.ndarray:
+    """The distinct values of an int64 array, sorted (== ``np.unique(a)``).
+
+    A sort and a neighbour comparison: numpy 2.4's ``np.unique`` hashes, which takes 7.4 s on 9M
+    distinct int64 keys where this takes 0.15 s (measured here).
+    """
+    s = np.sort(a)
+    return s[run_starts(s)]
+
+
+def run_starts(s: np.ndarray) -> np.ndarray:
+    """int64: the index of the first element of each run of equal values in sorted ``s``."""
+    if s.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return np.flatnonzero(keep)
+
+
+def stable_argsort(key: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` for int keys in ``[0, bound)``, by radix passes over
+    16-bit digits (numpy radix-sorts 16-bit ints; int64 gets a merge sort): 128k keys in 4 ms
+    per digit where the int64 sort takes 22 ms (measured here)."""
+    if bound <= 1 << 16:
+        return key.astype(np.uint16).argsort(kind="stable")
+    if bound > 1 << 32:
+        return np.argsort(key, kind="stable")
+    order = (key & 0xFFFF).astype(np.uint16).argsort(kind="stable")
+    high = (key[order] >> 16).astype(np.uint16)
+    return order[high.argsort(kind="stable")]
+
+
+def unique_inverse(key: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, return_inverse=True)`` for keys in ``[0, bound)``.
+
+    Below ``_DENSE_UNIQUE`` a presence table and a rank table replace the sort: the class
+    trie of a JSON-string partition over Llama-3 (~660 calls on 275k byte-trie nodes) drops from
+    49 ms to 37 ms per partition (measured here, 2 cores busy)."""
+    if bound > _DENSE_UNIQUE:
+        return np.unique(key, return_inverse=True)
+    present = np.zeros(bound, dtype=bool)
+    present[key] = True
+    uniq = np.flatnonzero(present)
+    rank = np.empty(bound, dtype=np.int64)
+    rank[uniq] = np.arange(uniq.size)
+    return uniq, rank[key]
+
+
+# Largest key range unique_inverse scans densely (a bool table and an int64 rank: 9 MB).
+_DENSE_UNIQUE = 1 << 20

@@ -1,0 +1,724 @@
+"""Budget-aware GCD / LCD masks of a :class:`~.automaton.TokenAutomaton` (paper 002 eqs. 2–4).
+
+:class:`~.automaton.TokenAutomaton` keeps thin methods (``start``, ``advance``, ``allowed``,
+``allowed_packed``, ``distance_to_accept``, ``min_tokens_to_accept``, ``check_budget``,
+``backward_messages``) that call the functions of this module with the automaton as first
+argument; the caches behind them are one :class:`MaskEngine` per automaton.
+
+Budget and EOS convention
+-------------------------
+``remaining`` r is the number of tokens that may still be generated, **EOS included** (for a
+``generate`` call with ``max_new_tokens = n``, r = n − tokens generated so far).
+
+* A text token v is allowed iff it leads from the current set X to some state q with
+  ``distance_to_accept()[q] <= r - 1`` (GCD, eq. 2).
+* An EOS id is allowed iff X contains an accepting state and r >= 1.  EOS never emits text and
+  ends the sequence: :func:`advance` on EOS gives the empty set (as does any id that cannot be
+  read from X, e.g. a special or padding id); callers check :meth:`AutomatonState.is_dead`.
+* Stopping because r reached 0 is fine: by the invariant below the set is then accepting.
+* An accepting state with no outgoing edges allows only EOS.
+* LCD (``mode="lcd"``) ignores r — any token that keeps the set non-empty (all states are
+  co-accessible, so that is "some continuation exists") — but still needs r >= 1 to emit anything.
+* :func:`min_tokens_to_accept` is ``distance_to_accept()[0]``: the fewest *text* tokens of an
+  accepted output; EOS is not counted because a budget that runs out exactly in an accepting
+  state needs no EOS.  A budget n is satisfiable iff n >= that minimum (:func:`check_budget`
+  raises :class:`~.errors.UnsatisfiableBudgetError` otherwise).
+
+Invariant (why a GCD walk never dead-ends): if min over X of distance <= r and r >= 1, then
+either X is accepting (EOS is allowed) or a first edge of a shortest path leads to q with
+distance(q) <= r − 1, so the mask is non-empty and the next set again satisfies the invariant
+with r − 1.  It holds at the start iff r >= min_tokens_to_accept().  (Automata whose vocabulary
+has no EOS id may leave only "stop" in an accepting state: the mask is then empty.)
+
+Below the minimum budget
+------------------------
+For a live row (X non-empty) let ``need = max(1, min over X of distance)``.  Conversely to the
+invariant, every out-edge of X enters a state at distance >= need − 1 > r − 1 when r < need, and
+X is not accepting when need > r >= 1, so **the GCD mask is empty iff r < need** (LCD: iff
+r <= 0), whatever the vocabulary.  Such a request is a caller error (a softmax over it is NaN),
+so ``allowed``/``allowed_packed`` take ``on_unsatisfiable``:
+
+* ``"raise"`` (default): :class:`~.errors.UnsatisfiableBudgetError` with ``budget`` = r,
+  ``minimum`` = need (LCD: 1) and ``row`` = the first such row;
+* ``"eos"``: such rows get a mask with only the EOS ids (end the row now; its output is then
+  not accepted — for loops that must always have something to sample; a vocabulary without
+  EOS ids gives the empty row);
+* ``"empty"``: such rows get the all-zero row (the raw eq. 4 mask: samplers that let a
+  budget-blind proposal run out of budget give such a particle weight 0).
+
+Dead rows (the empty set: after EOS or an unreadable id) are never an error: their mask is all
+zero under every policy.  ``remaining=None`` (no budget) is never unsatisfiable.
+
+"Exactly n" (eq. 4) versus "within n" (a threshold on distances)
+----------------------------------------------------------------
+Eq. 4 keeps β_t(s) = "s reaches an accepting state in *exactly* n − t steps", β_n = f.  We read
+an output that stops early as padded with EOS: add a fresh accepting state ⊤, EOS edges from
+every accepting state to ⊤ and an EOS self-loop on ⊤.  **Claim**: in that automaton, for an
+original state s, β_{n−k}(s) = 1 iff distance(s) <= k.  *Proof*: (⇐) follow a shortest path of
+distance(s) text tokens to an accepting state, then take k − distance(s) EOS steps (to ⊤ and
+its self-loop), an accepting path of length exactly k.  (⇒) the text part of an accepting path of
+length k ends in an accepting state — either the path ends there, or its first EOS leaves one —
+so distance(s) <= number of text tokens <= k.  ∎  Hence eq. 4's messages for every budget are one
+int64 vector computed once by backward BFS (:func:`distance_to_accept`), and the constraint mask
+``m_t = 1{α_t^T β_t}`` becomes the rule above (EOS leads to ⊤, whose β is 1).
+``tractable.testing.masks`` computes eq. 3 / eq. 4 literally and the tests compare.
+
+Fast masks
+----------
+For a state s, sort its out-edges by the distance of their destination.  The GCD mask of {s} for
+threshold d = r − 1 is the OR of the packed label rows of a *prefix* of that list; the prefix
+rows of every (state, distance level) are built once (:mod:`.mask_rows`: for all states when the
+engine is made if they fit in 16 MiB, else per state on first use).  The mask of a set X is the
+OR of its members' prefix rows, written straight into the next row of one contiguous int32 table
+and cached per (interned set, clamped threshold) (state sets repeat across steps and requests:
+DFA-like lazy caching of the sets actually visited; the automaton is never determinized).  A
+first-time (cold) mask is then a bisect and one or a few 16 KiB row ORs: measured ~3.7 us
+against ~2 us warm for a batch-1 walk at Llama-3's 128k ids (issue 21, bench/mask_bench.py).
+Tables reserve 16 MiB of rows up front (calloc'd: pages are mapped as rows are written; the
+first 64 rows are touched at set-up), so they seldom grow.  A warm mask is then a dict lookup
+and a row copy.  LCD is the same union with no threshold.  Advance is cached per (set, token).
+On CUDA automata the batched Triton kernel (:mod:`tractable.kernels.token_mask`) computes the masks.
+
+Threads
+-------
+One automaton may be shared by any number of threads.  Every cache *fill* (a new set, a new
+transition, a new mask row, a table reset) runs under the engine's lock; warm reads take no
+lock.  Mask-table rows are never rewritten once published: a table that reaches its byte limit
+is replaced by a new one (the old one stays intact for readers still holding it), so a row index
+is always read from the table it was published in.  ``tests/test_thread_safety.py`` hammers
+first-time fills and resets from several threads against a single-threaded reference.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from .bits import unpack_bits
+from .errors import (
+    ForeignStateError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    UnsatisfiableBudgetError,
+)
+from .mask_rows import PrefixRows
+from .state import AutomatonState, _remaining_list
+
+__all__ = [
+    "MODES",
+    "ON_UNSATISFIABLE",
+    "AutomatonIdentity",
+    "MaskEngine",
+    "identity",
+    "mask_engine",
+    "distance_to_accept",
+    "backward_messages",
+    "min_tokens_to_accept",
+    "check_budget",
+    "start",
+    "advance",
+    "allowed_packed",
+    "allowed",
+]
+
+#: Mask modes: ``"gcd"`` (budget-aware, eq. 2) and ``"lcd"`` (any valid continuation, eq. 1).
+MODES = ("gcd", "lcd")
+#: What a mask call does for a live row below its minimum budget (module docstring).
+ON_UNSATISFIABLE = ("raise", "eos", "empty")
+
+# Cache limits.  A mask row is W*4 bytes (16 KiB at Llama-3's 128,256 ids); 256 MiB holds
+# ~16k (set, threshold) rows; measured: walking bench/'s json_object string at 3 budgets with
+# GCD and LCD fills 16 rows (15 sets), the email regex 5.
+_MAX_MASK_TABLE_BYTES = 256 << 20
+# (set, token) → set transitions kept before the dict is cleared (~100 bytes an entry).
+_MAX_TRANSITIONS = 1 << 20
+# Rows a new mask table reserves up front (virtual memory: calloc'd, mapped on first write).
+_RESERVE_TABLE_BYTES = 16 << 20
+_PREFAULT_ROWS = 64  # of which written (mapped) when a table is made (1 MiB at 128k ids)
+_NO_EDGE = 1 << 62  # set_lo / set_min of a set without out-edges / members
+_ENGINE_LOCK = threading.Lock()  # creation of one engine per automaton
+
+
+class AutomatonIdentity:
+    """Identity token of one automaton (shared by its ``to(device)`` copies).  States keep a
+    reference to it (through their engine), so checking a state's owner is one ``is``."""
+
+    __slots__ = ("summary",)
+
+    def __init__(self, summary: str):
+        self.summary = summary
+
+    def __repr__(self) -> str:
+        return f"<automaton {self.summary} at {id(self):#x}>"
+
+
+def identity(A: Any) -> AutomatonIdentity:
+    """The identity token of automaton ``A`` (created on first use, kept in ``A._memo``)."""
+    tok = A._memo.get("identity")
+    if tok is None:
+        tok = A._memo.setdefault("identity", AutomatonIdentity(
+            f"states={A.num_states}, edges={A.num_edges}, vocab={A.vocab_size}"))
+    return tok
+
+
+class _MaskTable:
+    """One generation of the mask table: ``rows`` int32 [capacity, W] (row 0 all zero; rows
+    below ``n_rows`` are never rewritten), ``fast`` (set id, r) → row, ``by_level`` (set id,
+    clamped threshold) → row."""
+
+    __slots__ = ("rows", "n_rows", "fast", "by_level")
+
+    def __init__(self, W: int, capacity: int = 64):
+        # np.zeros of a large block is calloc'd: pages are mapped on first write, so a large
+        # capacity costs nothing until rows are filled (and saves the copies of growing)
+        self.rows = np.zeros((max(2, capacity), W), dtype=np.int32)
+        # touch the first rows now (page faults, with transparent huge pages a 2 MiB zeroing,
+        # measured 140-170 us at 128k ids, belong to set-up, not to the first mask)
+        self.rows[: min(max(2, capacity), _PREFAULT_ROWS)] = 0
+        self.n_rows = 1
+        self.fast: dict[tuple[int, int | None], int] = {}
+        self.by_level: dict[tuple[int, int], int] = {}
+
+
+class MaskEngine:
+    """Lazily filled caches behind the masks of one automaton (CPU, numpy).
+
+    Set interner: id → (bool row [S], members, accepting?, out-edges, smallest member
+    distance).  Id 0 is the empty set.  Mask table: :class:`_MaskTable` (``tab``), replaced when
+    it reaches ``max_table_bytes`` (``epoch`` counts the replacements).  ``owner`` is the
+    automaton's :class:`AutomatonIdentity`.  Safe to share between threads (module docstring).
+    """
+
+    def __init__(self, A: Any):
+        a = A._np
+        self.owner = identity(A)
+        self.S = A.num_states
+        self.V = A.vocab_size
+        self.W = (self.V + 31) // 32
+        self.out_ptr = a["out_ptr"]
+        self.out_edge = a["out_edge"]
+        self.dst = a["dst"]
+        self.label = a["label"]
+        self.labels = A.labels.cpu().numpy().view(np.int32)
+        self.final = a["final"]
+        self.dist = distance_to_accept(A).cpu().numpy()
+        self.eos = frozenset(int(e) for e in A.eos_token_ids if 0 <= int(e) < self.V)
+        eos_row = np.zeros(self.W, dtype=np.uint32)
+        for e in self.eos:
+            eos_row[e >> 5] |= np.uint32(1) << np.uint32(e & 31)
+        self.eos_row = eos_row.view(np.int32)
+        self.zero_row = np.zeros(self.W, dtype=np.int32)
+        self.max_table_bytes = _MAX_MASK_TABLE_BYTES
+        self._lock = threading.RLock()
+        self.prefix = PrefixRows(self.S, self.W, self.out_ptr, self.out_edge, self.dst,
+                                 self.label, self.labels, self.dist)
+        # set interner
+        self._set_of_key: dict[bytes, int] = {}
+        self.set_rows = np.zeros((16, self.S), dtype=bool)
+        self.set_members: list[np.ndarray] = []
+        self.set_final: list[bool] = []
+        self.set_min: list[int] = []  # smallest member distance (or _NO_EDGE: empty set)
+        self.set_lo: list[int] = []  # smallest destination distance of an out-edge (or _NO_EDGE)
+        self.set_hi: list[int] = []  # largest (or -1)
+        self.set_edges: list[tuple[np.ndarray, np.ndarray] | None] = []
+        self._trans: dict[tuple[int, int], int] = {}
+        self.set_tensor1: dict[int, torch.Tensor] = {}  # set id -> bool [1, S] (read-only use)
+        self.tab = _MaskTable(self.W, self._table_capacity())
+        self.out_view: tuple[torch.Tensor, np.ndarray] | None = None  # last `out` and its view
+        self.epoch = 0  # number of table replacements
+        self.empty_id = self.intern(np.zeros(self.S, dtype=bool))
+        init = np.zeros(self.S, dtype=bool)
+        init[0] = True
+        self.initial_id = self.intern(init)
+
+    # ------------------------------------------------------------ sets
+
+    def intern(self, row: np.ndarray) -> int:
+        """Id of the state set ``row`` (bool [S]), adding it if new."""
+        key = row.tobytes()
+        sid = self._set_of_key.get(key)
+        if sid is not None:
+            return sid
+        with self._lock:
+            sid = self._set_of_key.get(key)
+            if sid is None:
+                sid = self._add_set(row, key)
+        return sid
+
+    def _add_set(self, row: np.ndarray, key: bytes) -> int:
+        # under the lock; every per-set list is filled before the key is published
+        sid = len(self.set_members)
+        if sid >= self.set_rows.shape[0]:
+            grown = np.zeros((2 * self.set_rows.shape[0], self.S), dtype=bool)
+            grown[:sid] = self.set_rows[:sid]
+            self.set_rows = grown
+        self.set_rows[sid] = row
+        members = np.nonzero(row)[0]
+        self.set_final.append(bool(self.final[members].any()) if members.size else False)
+        self.set_min.append(int(self.dist[members].min()) if members.size else _NO_EDGE)
+        if members.size:
+            segs = [self.out_edge[self.out_ptr[s]:self.out_ptr[s + 1]] for s in members]
+            e = np.concatenate(segs)
+        else:
+            e = np.zeros(0, dtype=np.int64)
+        if e.size:
+            d = self.dist[self.dst[e]]
+            self.set_lo.append(int(d.min()))
+            self.set_hi.append(int(d.max()))
+            self.set_edges.append((self.label[e], self.dst[e]))
+        else:
+            self.set_lo.append(_NO_EDGE)
+            self.set_hi.append(-1)
+            self.set_edges.append(None)
+        self.set_members.append(members)  # len(set_members) numbers the sets: append it last
+        self._set_of_key[key] = sid
+        return sid
+
+    def check_owner(self, st: AutomatonState) -> None:
+        """Raise :class:`~.errors.ForeignStateError` if ``st`` was made by another automaton
+        (states without an owner, built by hand, pass)."""
+        other = st._engine
+        if other is not None and other is not self and getattr(other, "owner", None) is not (
+                self.owner):
+            raise ForeignStateError(
+                f"this state was made by another automaton "
+                f"({getattr(other, 'owner', type(other).__name__)!r}), not by this one "
+                f"({self.owner!r}); use this automaton's start()/advance()")
+
+    def ids_of(self, st: AutomatonState) -> np.ndarray:
+        """int64 [B]: the set ids of ``st``'s rows (interned from ``active`` when ``st`` carries
+        none of this engine).  Raises ForeignStateError / InvalidArgumentError."""
+        if st._engine is self and st.set_ids is not None:
+            return st.set_ids
+        self.check_owner(st)
+        rows = st.active.detach().cpu().numpy()
+        if rows.ndim != 2 or rows.shape[1] != self.S:
+            raise InvalidArgumentError(
+                f"state has shape {tuple(rows.shape)}; this automaton needs [B, {self.S}]"
+            )
+        return np.array([self.intern(np.ascontiguousarray(r, dtype=bool)) for r in rows],
+                        dtype=np.int64)
+
+    def make_state(self, ids: np.ndarray, final: torch.Tensor) -> AutomatonState:
+        if ids.shape[0] == 1:
+            # batch-1 states share one cached [1, S] tensor per set (advance: ~3 us less);
+            # AutomatonState.active is never written in place.
+            sid = ids.item(0)
+            active = self.set_tensor1.get(sid)
+            if active is None:
+                active = self.set_tensor1[sid] = torch.from_numpy(self.set_rows[ids])
+        else:
+            active = torch.from_numpy(self.set_rows[ids])
+        return AutomatonState(active, final, ids, self)
+
+    def step(self, sid: int, tok: int) -> int:
+        """Id of the set reached from set ``sid`` on token ``tok`` (empty on EOS/unknown)."""
+        key = (sid, tok)
+        nid = self._trans.get(key)
+        if nid is not None:
+            return nid
+        with self._lock:
+            edges = self.set_edges[sid]
+            if edges is None or not 0 <= tok < self.V or tok in self.eos:
+                nid = self.empty_id
+            else:
+                lab, dst = edges
+                hit = ((self.labels[lab, tok >> 5] >> (tok & 31)) & 1).astype(bool)
+                row = np.zeros(self.S, dtype=bool)
+                row[dst[hit]] = True
+                nid = self.intern(row)
+            if len(self._trans) >= _MAX_TRANSITIONS:
+                self._trans.clear()
+            self._trans[key] = nid
+        return nid
+
+    # ------------------------------------------------------------ masks
+
+    def _table_capacity(self) -> int:
+        """Rows a new mask table reserves (calloc'd: only filled rows take memory)."""
+        return max(64, min(self.max_table_bytes, _RESERVE_TABLE_BYTES) // (self.W * 4) + 1)
+
+    def row(self, sid: int, r: int | None) -> tuple[_MaskTable, int]:
+        """(table, row) holding set ``sid``'s mask for ``r`` remaining tokens (``None``: no
+        budget, i.e. LCD; r <= 0: row 0).  Read the row as ``table.rows[row]``."""
+        tab = self.tab
+        i = tab.fast.get((sid, r))
+        if i is not None:
+            return tab, i
+        return self.fill(sid, r)
+
+    def fill(self, sid: int, r: int | None) -> tuple[_MaskTable, int]:
+        """:meth:`row` on a cache miss: computes the row under the lock."""
+        with self._lock:
+            tab = self.tab
+            i = tab.fast.get((sid, r))
+            if i is None:
+                i = self._level_row(sid, r)
+                tab = self.tab  # _level_row may have started a new table
+                if len(tab.fast) >= _MAX_TRANSITIONS:
+                    tab.fast.clear()
+                tab.fast[(sid, r)] = i
+            return tab, i
+
+    def _level_row(self, sid: int, r: int | None) -> int:
+        # under the lock
+        if r is not None and r <= 0:
+            return 0
+        hi = self.set_hi[sid]
+        d = hi if r is None else min(r - 1, hi)
+        if d < self.set_lo[sid]:
+            d = -1
+        key = (sid, d)
+        tab = self.tab
+        i = tab.by_level.get(key)
+        if i is not None:
+            return i
+        if tab.n_rows > 1 and tab.n_rows * self.W * 4 >= self.max_table_bytes:
+            # the old table stays intact for readers
+            tab = self.tab = _MaskTable(self.W, self._table_capacity())
+            self.epoch += 1
+        if tab.n_rows >= tab.rows.shape[0]:
+            grown = np.zeros((2 * tab.rows.shape[0], self.W), dtype=np.int32)
+            grown[: tab.n_rows] = tab.rows[: tab.n_rows]
+            tab.rows = grown
+        i = tab.n_rows
+        row = tab.rows[i]  # unpublished until n_rows moves past it: written in place
+        filled = d >= 0 and self.prefix.union_into(row, self.set_members[sid], d,
+                                             d >= self.set_hi[sid])
+        if self.set_final[sid] and self.eos:
+            if filled:
+                np.bitwise_or(row, self.eos_row, out=row)
+            else:
+                row[:] = self.eos_row
+                filled = True
+        if not filled:  # (the union of non-empty rows and the EOS row is non-empty)
+            i = 0
+        else:
+            tab.n_rows += 1
+        tab.by_level[key] = i
+        return i
+
+    def unsatisfiable_row(self, b: int, sid: int, r: int | None, lcd: bool,
+                          policy: str) -> np.ndarray | None:
+        """For a batch row ``b`` whose mask is empty: the row to use instead under ``policy``
+        (None: keep the empty row), or raise UnsatisfiableBudgetError (module docstring)."""
+        if r is None or sid == self.empty_id or policy == "empty":
+            return None
+        need = 1 if lcd else max(1, self.set_min[sid])  # the smallest r with a non-empty mask
+        if r >= need:
+            return None  # satisfiable: an accepting set in a vocabulary without EOS
+        if policy == "eos":
+            return self.eos_row
+        raise UnsatisfiableBudgetError(int(r), need, row=b)
+
+
+def mask_engine(A: Any) -> MaskEngine:
+    """The :class:`MaskEngine` of automaton ``A`` (built once, kept in ``A._memo``)."""
+    eng = A._memo.get("mask_engine")
+    if eng is None:
+        with _ENGINE_LOCK:
+            eng = A._memo.get("mask_engine")
+            if eng is None:
+                eng = A._memo["mask_engine"] = MaskEngine(A)
+    return eng
+
+
+# ---------------------------------------------------------------- eq. 4: distances
+
+
+def distance_to_accept(A: Any) -> torch.Tensor:
+    """int64 [S]: fewest text tokens from each state to an accepting state (0 if accepting).
+
+    One backward BFS over the edges (multi-source from the accepting states), computed once
+    and cached.  ``distance <= k`` is eq. 4's β for k remaining steps (module docstring).
+    Every state is co-accessible (trimmed), so every entry is finite.
+    """
+    memo = A._memo
+    d = memo.get("distance_to_accept")
+    if d is None:
+        d = torch.from_numpy(_bfs_distance(A))
+        memo["distance_to_accept"] = d
+    return d
+
+
+def backward_messages(A: Any, n: int) -> torch.Tensor:
+    """bool [n + 1, S]: eq. 4's β_t for t = 0..n with budget n under EOS padding, i.e.
+    ``β_t = distance_to_accept() <= n - t`` (module docstring, Claim)."""
+    d = distance_to_accept(A)
+    k = torch.arange(n, -1, -1).unsqueeze(1)
+    return d.unsqueeze(0) <= k
+
+
+def min_tokens_to_accept(A: Any) -> int:
+    """Fewest text tokens of an accepted output (``distance_to_accept()[0]``; EOS not
+    counted).  A budget (``max_new_tokens``) must be at least this."""
+    return int(distance_to_accept(A)[0])
+
+
+def check_budget(A: Any, n: int) -> None:
+    """Raise :class:`~.errors.UnsatisfiableBudgetError` (budget, minimum) if no accepted
+    output fits in ``n`` tokens."""
+    m = min_tokens_to_accept(A)
+    if int(n) < m:
+        raise UnsatisfiableBudgetError(int(n), m)
+
+
+def _bfs_distance(A: Any) -> np.ndarray:
+    """int64 [S]: unweighted shortest distance to any accepting state (reverse BFS)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    S = A.num_states
+    src = A.edge_src.cpu().numpy()
+    dst = A.edge_dst.cpu().numpy()
+    fin = np.nonzero(A.final.cpu().numpy())[0]
+    # reverse graph plus a super-source S with an edge to every accepting state
+    rows = np.concatenate([dst, np.full(fin.size, S)])
+    cols = np.concatenate([src, fin])
+    g = csr_matrix((np.ones(rows.size), (rows, cols)), shape=(S + 1, S + 1))
+    d = dijkstra(g, directed=True, indices=S, unweighted=True)[:S] - 1
+    if not np.all(np.isfinite(d)):
+        bad = int(np.nonzero(~np.isfinite(d))[0][0])
+        raise InvalidArgumentError(
+            f"state {bad} cannot reach an accepting state (automaton not trimmed)")
+    return d.astype(np.int64)
+
+
+# ---------------------------------------------------------------- eq. 3: forward sets
+
+
+def start(A: Any, batch_size: int = 1) -> AutomatonState:
+    """``batch_size`` copies of the initial set {0} (eq. 3's α_0 = π_f)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+        raise InvalidArgumentTypeError(f"batch_size must be an int, got {batch_size!r}")
+    if batch_size < 0:
+        raise InvalidArgumentError(f"batch_size must be >= 0, got {batch_size}")
+    eng = mask_engine(A)
+    return eng.make_state(np.full(int(batch_size), eng.initial_id, dtype=np.int64), A.final)
+
+
+def advance(A: Any, st: AutomatonState, token_ids: torch.Tensor) -> AutomatonState:
+    """A new state after reading ``token_ids`` (LongTensor [B], one per row; eq. 3).
+
+    EOS ids, out-of-range ids, special ids and tokens outside the language give the empty
+    set (check :meth:`AutomatonState.is_dead`); a dead row stays dead.  ``st`` is unchanged.
+
+    Raises:
+        ForeignStateError: ``st`` was made by another automaton.
+        InvalidArgumentError: not one token id per row.
+        InvalidArgumentTypeError: token ids that are not integers (e.g. a 2-D tensor).
+    """
+    eng = A._memo.get("mask_engine") or mask_engine(A)
+    ids = eng.ids_of(st)
+    toks = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else list(token_ids)
+    if isinstance(toks, int):
+        toks = [toks]
+    if len(toks) != ids.shape[0]:
+        raise InvalidArgumentError(
+            f"advance() got {len(toks)} token ids for a batch of {ids.shape[0]}")
+    step = eng.step
+    try:
+        if len(toks) == 1:
+            new = np.array([step(ids.item(0), int(toks[0]))], dtype=np.int64)
+        else:
+            new = np.array([step(s, int(t)) for s, t in zip(ids.tolist(), toks)],
+                           dtype=np.int64)
+    except TypeError:
+        raise InvalidArgumentTypeError(
+            "advance() takes one integer token id per row (a LongTensor [B]), got "
+            f"{type(token_ids).__name__} {getattr(token_ids, 'shape', '')}") from None
+    out = eng.make_state(new, A.final)
+    return out if st.active.device.type == "cpu" else out.to(st.active.device)
+
+
+# ---------------------------------------------------------------- masks
+
+
+def allowed_packed(
+    A: Any,
+    st: AutomatonState,
+    remaining: int | torch.Tensor | None,
+    mode: str = "gcd",
+    *,
+    out: torch.Tensor | None = None,
+    on_unsatisfiable: str = "raise",
+) -> torch.Tensor:
+    """int32 [B, ceil(V/32)]: bit v%32 of word v//32 of row b is set iff token v is allowed
+    for row b (module docstring; EOS ids included where allowed).
+
+    Args:
+        A: the automaton.
+        st: the batch of state sets (made by ``A``, or built by hand).
+        remaining: tokens that may still be generated, EOS included — an int, a LongTensor
+            [B] (one budget per row), or None (no budget).  Ignored by ``"lcd"`` except that
+            r <= 0 allows nothing.
+        mode: ``"gcd"`` (budget-aware, eq. 2) or ``"lcd"`` (eq. 1).
+        out: optional int32 [B, W] CPU tensor to fill (overwritten; returned).  Unspecified
+            after an error.
+        on_unsatisfiable: ``"raise"``, ``"eos"`` or ``"empty"``: what a live row whose
+            ``remaining`` is below its minimum gets (module docstring, "Below the minimum
+            budget").
+
+    Raises:
+        UnsatisfiableBudgetError: a live row below its minimum budget (``"raise"``).
+        ForeignStateError: ``st`` was made by another automaton.
+        InvalidArgumentError: bad ``mode``, ``on_unsatisfiable``, shapes or ``out``.
+
+    The fast path: warm calls are one dict lookup and one row copy per batch row.
+    """
+    # Hot path: a warm batch-1 call costs ~2-3 us here (Llama-3, 128k ids), of which the
+    # 16 KiB row copy is ~0.8 us and torch's .numpy() ~1 us (hence the cached view).
+    lcd = mode == "lcd"
+    if not lcd and mode != "gcd":
+        raise InvalidArgumentError(f"mode must be one of {MODES}, got {mode!r}")
+    if on_unsatisfiable != "raise" and on_unsatisfiable not in ON_UNSATISFIABLE:
+        raise InvalidArgumentError(
+            f"on_unsatisfiable must be one of {ON_UNSATISFIABLE}, got {on_unsatisfiable!r}")
+    if A.device.type == "cuda":
+        packed = _allowed_packed_tables(A, st, remaining, mode, on_unsatisfiable)
+        if out is not None:
+            out.copy_(packed)
+            return out
+        return packed
+    eng = A._memo.get("mask_engine") or mask_engine(A)
+    ids = st.set_ids if (st._engine is eng and st.set_ids is not None) else eng.ids_of(st)
+    B = len(ids)
+    view = eng.out_view
+    if (B == 1 and type(remaining) is int and view is not None and view[0] is out
+            and not st.active.is_cuda):
+        # the decode-loop case (one request, a reused buffer): ~1 us less than below
+        r = remaining if not lcd else (None if remaining >= 1 else 0)
+        sid = ids.item(0)
+        tab = eng.tab
+        i = tab.fast.get((sid, r))
+        if i is None:
+            tab, i = eng.fill(sid, r)
+        if i == 0:
+            fix = eng.unsatisfiable_row(0, sid, remaining, lcd, on_unsatisfiable)
+            if fix is not None:
+                view[1][0] = fix
+                return out
+        view[1][0] = tab.rows[i]
+        return out
+    if type(remaining) is int:
+        r0 = remaining if not lcd else (None if remaining >= 1 else 0)
+        rs_in = rs = None
+    else:
+        rs_in = _remaining_list(remaining, B)
+        rs = [None if (r is None or r >= 1) else 0 for r in rs_in] if lcd else rs_in
+    # warm rows: lookups in one table; a miss or an empty row goes the slow way below
+    tab = eng.tab
+    fast = tab.fast
+    if rs is None:
+        rows = [fast.get((ids.item(0), r0))] if B == 1 else [fast.get((s, r0))
+                                                            for s in ids.tolist()]
+    else:
+        rows = [fast.get(k) for k in zip(ids.tolist(), rs)]
+    tabs = None  # per row, the table its row was published in (after a fill)
+    fixes = None
+    if None in rows or 0 in rows:
+        tabs = [tab] * B
+        done: dict = {}  # (set, r) → (table, row) filled in this call (repeated rows: one fill)
+        for b in range(B):
+            if rows[b] is None:
+                k = (ids.item(b), r0 if rs is None else rs[b])
+                got = done.get(k)
+                if got is None:
+                    got = done[k] = eng.fill(*k)
+                tabs[b], rows[b] = got
+            if rows[b] == 0:
+                r_in = remaining if rs_in is None else rs_in[b]
+                fix = eng.unsatisfiable_row(b, ids.item(b), r_in, lcd, on_unsatisfiable)
+                if fix is not None:
+                    fixes = fixes or {}
+                    fixes[b] = fix
+        tab = tabs[0] if B else tab
+        if all(t is tab for t in tabs):
+            tabs = None
+    if out is None:
+        o = np.empty((B, eng.W), dtype=np.int32)
+        out = torch.from_numpy(o)
+    else:
+        cached = eng.out_view
+        if cached is not None and cached[0] is out:
+            o = cached[1]
+        else:
+            o = out.numpy() if out.device.type == "cpu" else None
+            if (o is None or o.dtype != np.int32 or o.shape != (B, eng.W)
+                    or not o.flags.c_contiguous):
+                raise InvalidArgumentError(
+                    f"out must be a contiguous CPU int32 tensor of shape {(B, eng.W)}"
+                )
+            eng.out_view = (out, o)
+        if o.shape[0] != B:
+            raise InvalidArgumentError(f"out has {o.shape[0]} rows; the batch has {B}")
+    if tabs is not None:  # a table was replaced mid-batch: each row from its own table
+        for b in range(B):
+            o[b] = tabs[b].rows[rows[b]]
+    elif B == 1:
+        o[0] = tab.rows[rows[0]]
+    else:
+        # mode="clip": with the default "raise", numpy buffers `out` (an extra copy)
+        np.take(tab.rows, rows, axis=0, out=o, mode="clip")
+    if fixes:
+        for b, fix in fixes.items():
+            o[b] = fix
+    if st.active.device.type != "cpu":
+        return out.to(st.active.device)
+    return out
+
+
+def _allowed_packed_tables(A: Any, st: AutomatonState, remaining, mode: str,
+                           policy: str) -> torch.Tensor:
+    """:func:`allowed_packed` by the batched kernel of :mod:`tractable.kernels.token_mask`
+    (the CUDA path; on CPU tensors it runs the kernel's torch reference) → int32 [B, W] on
+    ``A.device``."""
+    from ..kernels import MaskTables, token_mask
+
+    eng = mask_engine(A)
+    eng.check_owner(st)
+    tables = A._memo.get("mask_tables")
+    if tables is None:
+        dist = distance_to_accept(A).to(A.device)
+        tables = A._memo["mask_tables"] = MaskTables.from_automaton(A, dist)
+    act = st.active.to(A.device)
+    if act.dim() != 2 or act.shape[1] != A.num_states:
+        raise InvalidArgumentError(
+            f"state has shape {tuple(act.shape)}; this automaton needs [B, {A.num_states}]")
+    B = act.shape[0]
+    rem = None
+    if remaining is not None:
+        rem = torch.tensor(_remaining_list(remaining, B), dtype=torch.int64, device=A.device)
+    packed = token_mask(act, rem, tables, mode=mode)
+    if rem is None or policy == "empty" or B == 0:
+        return packed
+    live = act.bool().any(1)
+    if mode == "gcd":
+        big = torch.iinfo(torch.int64).max
+        need = torch.where(act.bool(), tables.distance[None, :], big).min(1).values.clamp(min=1)
+        bad = live & (rem < need)
+    else:
+        need = torch.ones_like(rem)
+        bad = live & (rem <= 0)
+    if policy == "eos":
+        return torch.where(bad[:, None], tables.eos_words[None, :], packed)
+    if bool(bad.any()):
+        b = int(torch.nonzero(bad)[0, 0])
+        raise UnsatisfiableBudgetError(int(rem[b]), int(need[b]), row=b)
+    return packed
+
+
+def allowed(
+    A: Any, st: AutomatonState, remaining: int | torch.Tensor | None, mode: str = "gcd", *,
+    on_unsatisfiable: str = "raise",
+) -> torch.Tensor:
+    """bool [B, V]: the unpacked :func:`allowed_packed` (convenience; the packed form is the
+    fast path).  Same arguments and errors."""
+    packed = allowed_packed(A, st, remaining, mode, on_unsatisfiable=on_unsatisfiable)
+    bits = unpack_bits(packed, A.vocab_size)  # ~8 us at 128k ids (np.unpackbits, no copy)
+    dev = st.active.device
+    # Tensor.to(cpu) on the (strided) unpacked view measured ~14 us even as a no-op: skip it
+    return bits if dev.type == "cpu" else bits.to(dev)
