@@ -52,9 +52,12 @@ that are pieces of a longer text (grammar terminals).
 
 **Unsupported** (raise :class:`UnsupportedRegexError` with the construct's position):
 backreferences, conditionals ``(?(1)...)``, word boundaries ``\\b``/``\\B``, atomic groups
-``(?>...)`` and possessive quantifiers, and a counted repetition whose NFA would exceed
-:data:`MAX_NFA_STATES`.  Syntax errors raise :class:`InvalidRegexError` with ``re``'s message
-and position.
+``(?>...)`` and possessive quantifiers.  A pattern whose NFA is estimated (from the parse
+tree, before anything is built) over ``max_states`` (:data:`MAX_NFA_STATES`) states is
+refused the same way, naming its largest part (a literal, a counted repetition) and the
+estimate; so is a pattern longer than ``max_states`` characters, before parsing.  Messages
+show the pattern around the position only (:func:`~.errors.pattern_excerpt`).  Syntax
+errors raise :class:`InvalidRegexError` with ``re``'s message and position.
 """
 
 from __future__ import annotations
@@ -68,7 +71,12 @@ import numpy as np
 
 from . import nfa as N
 from .automaton import TokenAutomaton
-from .errors import InvalidArgumentTypeError, InvalidRegexError, UnsupportedRegexError
+from .errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidRegexError,
+    UnsupportedRegexError,
+)
 from .nfa import ByteNFA
 from .regex_lookaround import MARKER_SHIFT, Lookaround, lookaround_product
 from .vocabulary import TokenVocabulary, require_vocabulary
@@ -82,9 +90,13 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 __all__ = ["regex_to_nfa", "compile_regex", "clear_regex_cache", "MAX_NFA_STATES"]
 
-#: Largest byte NFA (states, before finalization) a counted repetition may produce.  A
-#: ``[a-z]{1,100000}`` needs 200k states; lifting 1M states over a 128k vocabulary takes minutes.
-MAX_NFA_STATES = 1_000_000
+#: Largest byte NFA (states, before finalization) a pattern may produce by default, estimated
+#: from the parse tree before anything is built (``max_states=`` raises or lowers it).  Measured
+#: (Llama-3 vocabulary, whole compile, peak RSS of the process): a 250k-character literal 2.0 s,
+#: 609 MB; a 1M-character literal 9 s, 1.9 GB; ``[a-z]{1,100000}`` (~300k states) 2.4 s, 926 MB;
+#: ``[a-z]{1,200000}`` 12 s, 1.6 GB.  (The lifted size also grows with the tokens a repeated
+#: class admits: ``.{0,20000}`` has only ~10^5 byte states but ran out of 6 GB.)
+MAX_NFA_STATES = 500_000
 
 _MAXCP = N.MAX_CODEPOINT
 _I = re.IGNORECASE
@@ -306,8 +318,9 @@ def _marker(bit: int) -> ByteNFA:
 
 
 class _Builder:
-    def __init__(self, pattern: str, verbose: bool):
+    def __init__(self, pattern: str, verbose: bool, max_states: int = MAX_NFA_STATES):
         self.pattern = pattern
+        self.max_states = max_states
         self.verbose = verbose
         self.markers = False
         self._scan: list[tuple[str, int]] | None = None
@@ -410,11 +423,11 @@ class _Builder:
             hi = None if hi is _C.MAXREPEAT or hi == _C.MAXREPEAT else int(hi)
             body = self.seq(sub, flags)
             copies = max(lo, hi if hi is not None else lo + 1)
-            if body.num_states * copies > MAX_NFA_STATES:
+            if body.num_states * copies > self.max_states:
                 text = f"{{{lo},{'' if hi is None else hi}}}" if lo != hi else f"{{{lo}}}"
                 raise UnsupportedRegexError(
-                    f"repetition {text} of a {body.num_states}-state subexpression (over "
-                    f"MAX_NFA_STATES={MAX_NFA_STATES})",
+                    f"repetition {text} of a {body.num_states}-state subexpression (~"
+                    f"{body.num_states * copies:,} states, over max_states={self.max_states:,})",
                     self.pattern, self.position("", text),
                 )
             return N.repeat(body, int(lo), hi)
@@ -466,6 +479,61 @@ def _has_lookaround(items) -> bool:
         if any(_has_lookaround(sub) for sub in subs):
             return True
     return False
+
+
+def _estimate(items, flags: int) -> tuple[int, str, str | None]:
+    """(states, what, text) before building: the byte NFA's states as the builder makes them
+    (a run of literal bytes: bytes + 1; a class: its automaton; a repetition: ``hi`` copies,
+    or ``lo + 1`` when unbounded, of the body plus one each, plus one; alternations and
+    concatenations summed: an upper bound) and the largest contribution (its description, and a
+    piece of the pattern to find its position by).  Class automata are built (cached); nothing
+    else is.  Recursion depth is the parse tree's, which ``re``'s own parser reached."""
+    total = 0
+    big = (0, "", None)
+    run: list[int] = []  # code points of the current run of literals
+
+    def flush() -> int:
+        if not run:
+            return 0
+        n = len("".join(map(chr, run)).encode("utf-8", "surrogatepass")) + 1
+        nonlocal big
+        if n > big[0]:
+            big = (n, f"a literal of {n - 1:,} bytes", "".join(map(chr, run[:20])))
+        run.clear()
+        return n
+
+    for op, av in items:
+        if op is _C.LITERAL:
+            run.append(av)
+            continue
+        total += flush()
+        what, text = str(op).lower(), None
+        if op in (_C.NOT_LITERAL, _C.ANY, _C.IN):
+            n = _Builder("", False).node(op, av, flags).num_states
+        elif op is _C.BRANCH:
+            n = 1
+            for b in av[1]:
+                m, w, t = _estimate(b, flags)
+                n += m
+                if m > big[0]:
+                    big = (m, w, t)
+        elif op is _C.SUBPATTERN:
+            n, what, text = _estimate(av[3], (flags | av[1]) & ~av[2])
+        elif op is _C.MAX_REPEAT or op is _C.MIN_REPEAT:
+            lo, hi, sub = av
+            hi = None if hi is _C.MAXREPEAT or hi == _C.MAXREPEAT else int(hi)
+            m, _w, _t = _estimate(sub, flags)
+            copies = max(int(lo), hi if hi is not None else int(lo) + 1)
+            n = copies * (max(m, 1) + 1) + 1
+            text = f"{{{lo},{'' if hi is None else hi}}}" if lo != hi else f"{{{lo}}}"
+            what = f"repetition {text} of a ~{m:,}-state subexpression"
+        else:
+            n = 2
+        total += n
+        if n > big[0]:
+            big = (n, what, text)
+    total += flush()
+    return max(total, 1), big[1], big[2]
 
 
 def _is_anchor(item, codes) -> bool:
@@ -606,7 +674,8 @@ def _build(items, flags: int, search: bool, b: _Builder) -> ByteNFA:
 
 
 def regex_to_nfa(
-    pattern: str, *, flags: int = 0, search: bool = False, lookaround: bool = True
+    pattern: str, *, flags: int = 0, search: bool = False, lookaround: bool = True,
+    max_states: int | None = None,
 ) -> ByteNFA:
     """Compile a Python ``re`` pattern to a byte-level NFA (see the module docstring).
 
@@ -619,6 +688,9 @@ def regex_to_nfa(
         lookaround: ``False`` refuses lookahead/lookbehind (:class:`UnsupportedRegexError`), for
             callers where the pattern is a piece of a longer text (a grammar terminal), so that
             a lookaround would see text outside the string matched here.
+        max_states: the largest byte NFA built (default :data:`MAX_NFA_STATES`), estimated
+            from the parse tree before anything is built: literals (bytes), counted
+            repetitions (``hi`` copies, or ``lo + 1`` when unbounded), alternations.
 
     Returns:
         A :class:`~.nfa.ByteNFA` over bytes accepting exactly the UTF-8 encodings of the matching
@@ -629,11 +701,28 @@ def regex_to_nfa(
         InvalidRegexError: ``re`` rejects the pattern (message and position from ``re``).
         UnsupportedRegexError: a non-regular or unsupported construct, or a lookaround whose
             exact automaton exceeds :data:`~.regex_lookaround.MAX_LOOKAROUND_STATES`, with its
-            position.
+            position; a pattern estimated over ``max_states`` states (what, the estimate,
+            the position of its largest part).
     """
+    limit = MAX_NFA_STATES if max_states is None else max_states
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgumentError(f"max_states must be an int >= 1, not {max_states!r}")
+    if isinstance(pattern, str) and len(pattern) > limit:
+        # before parsing too (re's parser took 7 s over a 1 MB literal)
+        raise UnsupportedRegexError(
+            f"pattern of {len(pattern):,} characters (over max_states={limit:,}; "
+            "pass max_states= to raise the limit)", pattern, None)
     parsed = _parse(pattern, flags)
     gflags = parsed.state.flags
-    b = _Builder(pattern, bool(gflags & re.VERBOSE))
+    est, what, text = _estimate(list(parsed), gflags)
+    if est > limit:  # before the work (a 1 MB literal: 9 s and 1.9 GB to lift)
+        pos = pattern.find(text) if text else None
+        shown = f"{est:,}" if est < 10**12 else f"{est:.2e}"
+        raise UnsupportedRegexError(
+            f"{what} (the pattern needs ~{shown} states, over max_states={limit:,}; "
+            "pass max_states= to raise the limit)", pattern,
+            pos if pos is not None and pos >= 0 else None)
+    b = _Builder(pattern, bool(gflags & re.VERBOSE), limit)
     if lookaround and _has_lookaround(parsed):
         b.looks = []  # the lookaround path: markers, then one exact product
     out = _build(parsed, gflags, search, b)
@@ -652,7 +741,8 @@ _CACHE_LOCK = threading.Lock()
 
 
 def compile_regex(
-    pattern: str, vocab: TokenVocabulary, *, flags: int = 0, search: bool = False
+    pattern: str, vocab: TokenVocabulary, *, flags: int = 0, search: bool = False,
+    max_states: int | None = None,
 ) -> TokenAutomaton:
     """Compile ``pattern`` into a :class:`~.automaton.TokenAutomaton` over ``vocab``.
 
@@ -661,18 +751,20 @@ def compile_regex(
     cached in-process (LRU, 256 entries) by ``(pattern, flags, search, vocab.fingerprint)``: the
     same frozen object is returned again.
 
+    ``max_states``: see :func:`regex_to_nfa`.
+
     Raises:
         InvalidRegexError, UnsupportedRegexError: see :func:`regex_to_nfa`.
         EmptyLanguageError: no token sequence over ``vocab`` matches.
     """
     require_vocabulary(vocab)
-    key = (pattern, int(flags), bool(search), vocab.fingerprint)
+    key = (pattern, int(flags), bool(search), vocab.fingerprint, max_states)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit
-    byte_nfa = regex_to_nfa(pattern, flags=flags, search=search)
+    byte_nfa = regex_to_nfa(pattern, flags=flags, search=search, max_states=max_states)
     meta = {"kind": "regex", "pattern": pattern}
     if flags:
         meta["flags"] = int(flags)

@@ -246,9 +246,13 @@ def finite_values(comp, items, stack) -> list | None:
         if k in keys:
             continue
         ok = True
-        for s, _p in flat:
+        for s, p in flat:
             sub = {x: y for x, y in s.items() if x not in ("allOf", "anyOf", "oneOf", "$ref")}
-            if not validator.evolve(schema=sub).is_valid(v):
+            try:  # with the $id resources enclosing p entered (see _jsonschema_valid)
+                valid = comp._jsonschema_valid(sub, p, v)
+            except Exception:  # noqa: BLE001 - jsonschema's own failure
+                valid = validator.evolve(schema=sub).is_valid(v)
+            if not valid:
                 ok = False
                 break
         if ok:

@@ -100,3 +100,282 @@ def test_resource_limits_refuse_before_the_work(schema, keyword):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         json_schema_to_nfa(schema, lenient=True)  # lenient: dropped (recorded), no blow-up
+
+
+# ---------------------------------------------------------------- empty languages (issue 23)
+
+EMPTY = [
+    ({"type": "number", "minimum": 5, "maximum": 1}, "minimum", "#", "maximum"),
+    ({"type": "object", "required": ["x"],
+      "properties": {"x": {"type": "integer", "minimum": 5, "maximum": 1}}},
+     "minimum", "#/properties/x", "maximum=1"),
+    ({"allOf": [{"type": "string"}, {"minLength": 3}, {"type": "integer"}]},
+     "allOf", "#", "allOf/0 and allOf/2 have no instance in common"),
+    ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+     "$ref", "#/$defs/b/$ref", "cycle #/$defs/a -> #/$defs/b -> #/$defs/a"),
+    ({"$ref": "#"}, "$ref", "#/$ref", "no value in between"),
+    ({"type": "object", "properties": {"c": {"$ref": "#"}}, "required": ["c"]},
+     "$ref", "#/properties/c/$ref", "nest without end"),
+    ({"enum": []}, "enum", "#", "enum lists no value"),
+    ({"type": "object", "properties": {"a": {"enum": []}}, "required": ["a"]},
+     "enum", "#/properties/a", "enum lists no value"),
+    ({"type": "string", "enum": [1, 2]}, "enum", "#", "no value of enum"),
+    ({"type": "object", "properties": {"a": {}}, "required": ["b"],
+      "additionalProperties": False}, "required", "#", "additionalProperties=False"),
+    ({"type": "array", "minItems": 3, "maxItems": 2}, "minItems", "#", "maxItems=2"),
+    ({"type": "array", "prefixItems": [{}, {"not": {}}], "minItems": 2},
+     "not", "#/prefixItems/1", "not={}"),
+    (False, "false", "#", "accepts no instance"),
+]
+
+
+@pytest.mark.parametrize("schema,keyword,pointer,why", EMPTY)
+def test_empty_schema_names_the_smallest_empty_subschema(gpt2_vocab, schema, keyword, pointer,
+                                                         why):
+    """Issue 23: EmptyLanguageError said only "accepts no token sequence".  Now it is an
+    EmptySchemaError (still an EmptyLanguageError) with the keyword and pointer of the smallest
+    empty sub-schema, found before any lifting."""
+    from tractable.fsa.errors import EmptyLanguageError, EmptySchemaError
+
+    with pytest.raises(EmptySchemaError) as e:
+        compile_json_schema(schema, gpt2_vocab)
+    assert isinstance(e.value, EmptyLanguageError)
+    assert (e.value.keyword, e.value.pointer) == (keyword, pointer), str(e.value)
+    assert why in str(e.value) and pointer in str(e.value)
+
+
+def test_empty_schema_diagnosis_agrees_with_brute_force():
+    """The keywords named are exactly those whose removal gives the node an instance, checked
+    against jsonschema on a pool of candidate instances (the brute-force reference)."""
+    import jsonschema
+    from tractable.fsa.json_schema import JsonSchemaCompiler
+    from tractable.fsa.json_schema._empty import explain_empty
+
+    pool = [None, True, 0, 1, 3, 5, 2.5, -7, "", "a", "abcd", [], [1], [1, 2, 3], {},
+            {"a": 1}, {"b": 2}]
+    for schema, keyword, pointer, _ in EMPTY[:2] + EMPTY[9:11]:
+        c = JsonSchemaCompiler(schema)
+        c.build()
+        kw, ptr, detail = explain_empty(c)
+        assert (kw, ptr) == (keyword, pointer)
+        node = schema
+        for part in ptr.split("/")[1:]:
+            node = node[part]
+        assert not any(jsonschema.Draft202012Validator(node).is_valid(x) for x in pool)
+        named = [k for k in node if f"{k}=" in detail]
+        assert kw in named
+        for k in node:
+            if k == "type":  # named only when nothing else explains the emptiness
+                continue
+            rest = {x: v for x, v in node.items() if x != k}
+            sat = any(jsonschema.Draft202012Validator(rest).is_valid(x) for x in pool)
+            assert sat == (k in named), (schema, k, detail)
+
+
+# ---------------------------------------------------------------- nesting (issue 23)
+
+def _nest(kind: str, n: int):
+    s: object = {"type": "integer"}
+    for _ in range(n):
+        s = {"props": lambda x: {"type": "object", "properties": {"a": x}},
+             "items": lambda x: {"type": "array", "items": x},
+             "allOf": lambda x: {"allOf": [x]},
+             "anyOf": lambda x: {"anyOf": [x, {"type": "null"}]},
+             "not": lambda x: {"not": x}}[kind](s)
+    return s
+
+
+TREE = {"type": "object", "properties": {"v": {"type": "integer"}, "c": {"$ref": "#"}}}
+
+
+@pytest.mark.parametrize("schema,kwargs,keyword", [
+    (_nest("props", 500), {}, "properties"),
+    (_nest("items", 2000), {}, "items"),
+    (_nest("allOf", 2000), {}, "allOf"),
+    (_nest("anyOf", 500), {}, "anyOf"),
+    (_nest("not", 500), {}, "not"),
+    ("[" * 100_000 + "]" * 100_000, {}, "$schema"),
+    (TREE, {"max_recursion_depth": 200}, "$ref"),
+    ({"$defs": {**{f"d{i}": {"type": "array", "items": {"$ref": f"#/$defs/d{i + 1}"}}
+                   for i in range(300)}, "d300": {"type": "integer"}}, "$ref": "#/$defs/d0"},
+     {}, "items"),  # deep through a chain of distinct $refs: no recursion to blame
+])
+def test_deep_schemas_are_typed_errors_within_a_second(schema, kwargs, keyword):
+    """Issue 23: RecursionError on schemas nested 500 deep (jsonschema's meta-schema check),
+    arrays nested 2,000 deep, max_recursion_depth=200.  Now an iterative depth check
+    (MAX_SCHEMA_DEPTH JSON levels) runs before anything recurses, and the compiler counts the
+    values it nests (MAX_VALUE_NESTING): UnsupportedSchemaError naming keyword, pointer and
+    limit.  Measured 0.1-0.3 s each (the whole process); the bound here allows a loaded
+    machine."""
+    import time
+
+    from tractable.fsa.errors import UnsupportedSchemaError
+
+    t0 = time.perf_counter()
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_nfa(schema, **kwargs)
+    assert time.perf_counter() - t0 < 5
+    assert e.value.keyword == keyword and e.value.pointer.startswith("#"), str(e.value)
+    assert "MAX_SCHEMA_DEPTH" in str(e.value) or "MAX_VALUE_NESTING" in str(e.value)
+    assert ("max_recursion_depth" in str(e.value)) == bool(kwargs)
+
+
+def test_nesting_below_the_limits_compiles_exactly_from_a_deep_caller():
+    """Just under the limits the result is exact (the tree's depth-d instance is accepted, one
+    level deeper is not), also when the caller is already 150 frames deep."""
+    from tractable.fsa import nfa as N
+
+    def nested(d):
+        return '{"v":1' + ',"c":{"v":1' * d + "}" * d + "}"
+
+    def deep_call(n):
+        return json_schema_to_nfa(TREE, max_recursion_depth=60) if n == 0 else deep_call(n - 1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = N.finalize(deep_call(150))
+    assert N.matches(a, nested(60).encode()) and not N.matches(a, nested(61).encode())
+    b = N.finalize(json_schema_to_nfa(_nest("items", 90)))
+    assert N.matches(b, ("[" * 90 + "7" + "]" * 90).encode())
+    assert not N.matches(b, ("[" * 91 + "7" + "]" * 91).encode())
+
+
+# ---------------------------------------------------------------- resource limits (issue 23)
+
+@pytest.mark.parametrize("schema,keyword,pointer", [
+    ({"type": "array", "minItems": 100_000}, "minItems", "#/minItems"),
+    ({"type": "array", "maxItems": 100_000}, "maxItems", "#/maxItems"),
+    ({"type": "array", "items": {"type": "integer"}, "prefixItems": [{}] * 100_000},
+     "prefixItems", "#/prefixItems"),
+    ({"type": "object", "minProperties": 100_000}, "minProperties", "#/minProperties"),
+    ({"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(2000)}},
+     "properties", "#/properties"),
+])
+def test_array_and_object_sizes_refused_before_the_work(schema, keyword, pointer):
+    """Issue 23: minItems 100000 was reported as 'maxItems' after 0.8 s and 571 MB;
+    minProperties 100000 ran out of 6 GB after 14 s; 2,000 optional properties ran out of
+    8 GB while lifting (500 took 48 s and 2.8 GB over Llama-3).  Now each is estimated
+    before building and refused naming the keyword, its pointer and the estimate."""
+    import time
+
+    from tractable.fsa.errors import UnsupportedSchemaError
+
+    t0 = time.perf_counter()
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_nfa(schema)
+    assert time.perf_counter() - t0 < 5
+    assert (e.value.keyword, e.value.pointer) == (keyword, pointer), str(e.value)
+    assert "max_states=2,000,000" in str(e.value) and "needs ~" in str(e.value)
+
+
+def test_max_states_is_configurable():
+    """``max_states`` moves the limit both ways.  It bounds the states built before
+    finalization: here 678 of them (the least max_states that compiles) for 322 finalized."""
+    from tractable.fsa.errors import InvalidArgumentError, UnsupportedSchemaError
+
+    schema = {"type": "array", "items": {"type": "boolean"}, "maxItems": 40}
+    size = json_schema_to_nfa(schema).num_states
+    with pytest.raises(UnsupportedSchemaError, match="maxItems 40 needs ~"):
+        json_schema_to_nfa(schema, max_states=size // 4)
+    assert json_schema_to_nfa(schema, max_states=3 * size).num_states == size
+    with pytest.raises(InvalidArgumentError):
+        json_schema_to_nfa(schema, max_states=0)
+
+
+def test_any_order_message_names_estimate_and_way_out():
+    from tractable.fsa.errors import UnsupportedSchemaError
+
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(40)}}
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_nfa(schema, property_order="any")
+    msg = str(e.value)
+    assert "2^40" in msg and "1.1e+12" in msg and "MAX_ANY_ORDER_PROPERTIES=8" in msg
+    assert "property_order='schema'" in msg
+
+
+@pytest.mark.parametrize("pattern,position,what", [
+    ("a" * 1_000_000, None, "pattern of 1,000,000 characters"),
+    ("x" * 1000 + "(abc){300000,}", 1005, "repetition {300000,}"),
+    ("(abc){0,300000}", 5, "repetition {0,300000}"),
+    ("((a{100}){100}){100}", 3, "needs ~3,020,201 states"),
+    (r"\w{0,20000}", 2, "repetition {0,20000}"),
+])
+def test_regex_sizes_refused_before_the_work(pattern, position, what):
+    """Issue 23: a 1 MB regex literal took 9 s and 1.9 GB peak (Llama-3) to compile.  Now the
+    parse tree's size is estimated before building (a pattern longer than max_states before
+    parsing: re's parser took 7 s over 1 MB) and refused naming position and estimate."""
+    import time
+
+    from tractable.fsa.errors import UnsupportedRegexError
+    from tractable.fsa.regex import regex_to_nfa
+
+    t0 = time.perf_counter()
+    with pytest.raises(UnsupportedRegexError) as e:
+        regex_to_nfa(pattern)
+    assert time.perf_counter() - t0 < 5
+    assert e.value.position == position and what in str(e.value), str(e.value)
+    assert "max_states=500,000" in str(e.value) and len(str(e.value)) < 400
+
+
+def test_regex_estimate_bounds_the_built_automaton():
+    """The estimate never refuses what fits: for each pattern the NFA built has at most the
+    estimated states, so max_states=<built size> compiles it."""
+    from tractable.fsa.regex import _estimate, regex_to_nfa
+
+    try:
+        from re import _parser as P
+    except ImportError:  # pragma: no cover
+        import sre_parse as P
+    patterns = ["abc", "a{3,7}", "(ab|cde){2,}", "[a-z]{1,1000}", r"\d{4}-\d{2}", "(?i)ab{2}c",
+                "x(y(z{3}){2})?", ".{0,30}", "é{5}", "(a|bc|[^d]){10}", "a*b+c?"]
+    for p in patterns:
+        est = _estimate(list(P.parse(p, 0)), 0)[0]
+        n = regex_to_nfa(p).num_states
+        assert n <= est, (p, n, est)
+        assert regex_to_nfa(p, max_states=est).num_states == n
+
+
+def test_regex_messages_are_truncated_around_the_position():
+    """Issue 23: regex errors embedded the whole pattern (20 kB messages).  The message shows
+    the text around the position; the ``pattern`` attribute keeps all of it."""
+    from tractable.fsa.errors import InvalidRegexError, UnsupportedRegexError
+    from tractable.fsa.regex import regex_to_nfa
+
+    for pattern, cls, pos in [("a" * 20000 + "(" + "b" * 20000, InvalidRegexError, 20000),
+                              ("a" * 20000 + r"\b" + "b" * 20000, UnsupportedRegexError,
+                               20000)]:
+        with pytest.raises(cls) as e:
+            regex_to_nfa(pattern, max_states=10**6)
+        msg = str(e.value)
+        assert len(msg) < 250 and e.value.pattern == pattern and e.value.position == pos
+        assert "a" * 30 + repr(pattern[pos:pos + 3])[1:-1] in msg
+        assert f"{len(pattern):,} characters" in msg
+    with pytest.raises(InvalidRegexError) as e:
+        regex_to_nfa("ab(")
+    assert str(e.value).endswith("in regex 'ab('")  # short patterns are shown whole
+
+
+def test_embedded_id_resources_found_by_fuzzing():
+    """Found by tests/test_fuzz_json_schema.py: a sub-schema with its own ``$id`` whose
+    ``$ref`` points into its own ``$defs``.  serialize_instance picked anyOf branches with
+    jsonschema evolved at the root's base (PointerToNowhere); now the enclosing resources are
+    entered.  Checking enum/const values under an ``if`` holding such a resource fails inside
+    jsonschema itself (its ``if``/``contains`` do not enter embedded resources): a typed
+    UnsupportedSchemaError now, not jsonschema's exception."""
+    from tractable.fsa import nfa as N
+    from tractable.fsa.errors import UnsupportedSchemaError
+    from tractable.fsa.json_schema import serialize_instance
+
+    emb = {"$id": "urn:t:1", "$defs": {"d": {"type": "object", "properties": {
+        "b": {}, "a": {}}}}, "$ref": "#/$defs/d"}
+    schema = {"anyOf": [{"type": "null"}, emb]}
+    text = serialize_instance({"a": 1, "b": 2}, schema)
+    assert text == '{"b":2,"a":1}'  # the branch's key order: the branch was found valid
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert N.matches(N.finalize(json_schema_to_nfa(schema)), text.encode())
+    bad = {"type": "array", "contains": {
+        "if": {"$id": "urn:t:2", "$defs": {"d": {"type": "boolean"}}, "$ref": "#/$defs/d"},
+        "then": {"const": 1}, "else": {"const": -1.5}}}
+    with pytest.raises(UnsupportedSchemaError, match="jsonschema failed"):
+        json_schema_to_nfa(bad)

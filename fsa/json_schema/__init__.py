@@ -122,6 +122,22 @@ Semantics of keywords
   ``jsonschema`` package checks that have no automaton here (``idn-email``, ``idn-hostname``,
   ``color``).  Other unknown keywords are
   annotations by the JSON Schema spec and are ignored; ``meta["ignored_keywords"]`` lists them.
+
+Limits (checked before the work; :class:`UnsupportedSchemaError` naming keyword, pointer and
+the estimate or limit, never dropped by ``lenient``)
+--------------------------------------------------------------------------------------------
+* A document nested more than :data:`MAX_SCHEMA_DEPTH` (128) levels of objects/arrays, found
+  by an iterative walk before ``jsonschema``'s meta-schema check (which recursed out of
+  Python's stack at 164 nested ``properties``); values nested (``$ref`` unrolling included)
+  more than :data:`MAX_VALUE_NESTING` (100) deep while building.
+* ``max_states`` (default :data:`MAX_STATES`): the estimated byte states of an array
+  (positions x item), an object (a copy of each property per count it can lead to, and a
+  charge per (state, later optional property) pair: 500 optional properties took 48 s and
+  2.8 GB to lift over Llama-3), a string length bound; ``enum`` of more than
+  :data:`MAX_ENUM_VALUES` values.
+* A schema no instance satisfies is :class:`~.errors.EmptySchemaError` from
+  :func:`compile_json_schema`, naming the smallest empty sub-schema and the keywords that
+  empty it (:mod:`._empty`).
 """
 
 from __future__ import annotations
@@ -153,7 +169,9 @@ from ._constants import (  # noqa: F401
     MAX_COMPLEMENT_STATES,
     MAX_ENUM_VALUES,
     MAX_PATTERN_PROPERTIES,
+    MAX_SCHEMA_DEPTH,
     MAX_STATES,
+    MAX_VALUE_NESTING,
     MAX_WITNESSES,
     UNLISTED_VALUE_DEPTH,
 )
@@ -196,6 +214,7 @@ def json_schema_to_nfa(
     free_value_depth: int | None = None,
     strict: bool = False,
     registry: Any = None,
+    max_states: int | None = None,
 ) -> ByteNFA:
     """The byte NFA of every serialization of ``schema``'s valid instances (see the module
     docstring), or only of their canonical serializations with ``canonical=True``.
@@ -233,6 +252,10 @@ def json_schema_to_nfa(
             (``additionalItems``) unspecified, generate no further item.  The default of
             xgrammar (``strict_mode``) and of outlines; a subset of the valid instances
             (warning when it applies).
+        max_states: the largest automaton the compiler builds, in byte states estimated
+            *before* building each array, object and string length bound (default
+            :data:`MAX_STATES`); a larger estimate is :class:`UnsupportedSchemaError` naming
+            the keyword, its pointer and the estimate.
 
     Returns:
         The byte NFA (not finalized); ``finalize`` it or lift it with
@@ -249,7 +272,7 @@ def json_schema_to_nfa(
         max_whitespace=max_whitespace,
         property_order=property_order, max_recursion_depth=max_recursion_depth,
         lenient=lenient, validate=validate, free_value_depth=free_value_depth, strict=strict,
-        registry=registry,
+        registry=registry, max_states=max_states,
     ).build()
 
 
@@ -293,6 +316,7 @@ def compile_json_schema(
     free_value_depth: int | None = None,
     strict: bool = False,
     registry: Any = None,
+    max_states: int | None = None,
 ):
     """Compile a JSON Schema to a :class:`~.automaton.TokenAutomaton` over ``vocab``.
 
@@ -304,6 +328,8 @@ def compile_json_schema(
 
     Raises:
         InvalidSchemaError, UnsupportedSchemaError: see :func:`json_schema_to_nfa`.
+        EmptySchemaError: no instance is valid (an :class:`~.errors.EmptyLanguageError`
+            naming the smallest empty sub-schema's pointer and the keywords that empty it).
         EmptyLanguageError: no token sequence over ``vocab`` is accepted.
     """
     require_vocabulary(vocab)
@@ -314,9 +340,15 @@ def compile_json_schema(
         max_whitespace=max_whitespace,
         property_order=property_order, max_recursion_depth=max_recursion_depth,
         lenient=lenient, free_value_depth=free_value_depth, strict=strict, registry=registry,
+        max_states=max_states,
     )
     comp.unique_items = True  # uniqueItems over large domains: marked arrays (.unique_compile)
     nfa = comp.build()  # already finalized
+    if _is_empty(nfa):  # say which sub-schema is empty, and why, before any lifting
+        from ..errors import EmptySchemaError
+        from ._empty import explain_empty
+
+        raise EmptySchemaError(*explain_empty(comp))
     meta = {
         "kind": "json_schema",
         "canonical": canonical,

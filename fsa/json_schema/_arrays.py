@@ -9,7 +9,6 @@ from ..nfa import ByteNFA
 from ..unique_compile import unique_array
 from ._automata import _is_empty, _wrapped
 from ._base import _CompilerBase
-from ._constants import MAX_STATES
 from ._nodes import _ptr
 
 
@@ -86,6 +85,23 @@ class _ArraysMixin(_CompilerBase):
             return cache[key]
 
         mc = contains[0][2] if contains else 0
+        # the size before the work: one copy of an element (and its comma) per explicit
+        # position and count of contains matches (minItems 100000 ran to 571 MB before its
+        # error; a free-value item is ~6,000 states)
+        per = el(max(0, min(N_exp - 1, P)), False).num_states + comma.num_states + 2
+        estimate = N_exp * per * (mc + 1)
+        if estimate > self.max_states:
+            if per * (mc + 1) * 2 > self.max_states:  # the items themselves are too large
+                word, what = "items", "one item"
+            else:
+                word = ("maxItems" if hi is not None and hi >= max(lo, P)
+                        else "minItems" if lo >= P else "prefixItems")
+                what = f"{word} {({'maxItems': hi, 'minItems': lo}.get(word, P)):,}"
+            where = next((_ptr(p, word) for s, p in flat if word in s), flat[0][1])
+            raise UnsupportedSchemaError(
+                word, where, f"{what} needs ~{estimate:,} automaton states "
+                f"({N_exp:,} positions x ~{per:,} states per item; max_states="
+                f"{self.max_states:,})")
         b = _Builder()
         states: dict[tuple[int, int], int] = {}
 
@@ -132,6 +148,8 @@ class _ArraysMixin(_CompilerBase):
                 if (ni, nc) not in seen:
                     seen.add((ni, nc))
                     todo.append((ni, nc))
-            if b.n > MAX_STATES:
-                raise UnsupportedSchemaError("maxItems", flat[0][1], "array automaton too large")
+            if b.n > self.max_states:
+                word = "maxItems" if hi is not None else "minItems" if lo >= P else "items"
+                raise UnsupportedSchemaError(word, flat[0][1], "array automaton too large "
+                                             f"(over max_states={self.max_states:,} states)")
         return _wrapped(b, start, *(brackets or self._brackets("[", "]")))

@@ -57,6 +57,8 @@ class _CompilerBase:
     #: ``$ref`` targets reachable from a pointer
     _reach: dict[str, frozenset[str]]
     _states: int
+    #: largest automaton (byte states, estimated before building) the compiler builds
+    max_states: int
     free_depth_used: bool
     unlisted_used: bool
     #: separators (with the whitespace setting's padding)

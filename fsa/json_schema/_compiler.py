@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import warnings
 from typing import Any
 
@@ -17,12 +18,18 @@ from ..nfa_subsets import merge_parallel
 from ._arrays import _ArraysMixin
 from ._cache import _cached, _share
 from ._constants import (
+    _ANNOTATIONS,
+    _SUPPORTED,
+    _UNSUPPORTED,
     _VALIDATION,
     _WHITESPACE,
     _WS_ANY,
     _WS_MASK,
     FREE_VALUE_DEPTH,
     MAX_COMBINATIONS,
+    MAX_SCHEMA_DEPTH,
+    MAX_STATES,
+    MAX_VALUE_NESTING,
     UNLISTED_VALUE_DEPTH,
 )
 from ._free import _FreeValuesMixin
@@ -33,6 +40,7 @@ from ._meta import (
     _meta_ok,
     _meta_schema,
     _meta_validator,
+    _too_deep,
     _validator_name,
 )
 from ._negation import _NegationMixin
@@ -72,6 +80,17 @@ def _schema_of(schema: Any) -> Any:
         if callable(make):
             return _close_ignored_extras(make())
     return schema
+
+
+def _keyword_of(pointer: str) -> str:
+    """The last schema keyword named on ``pointer`` (``"properties"`` for
+    ``#/properties/a/properties/b``), or ``"$schema"`` where none is."""
+    words = _SUPPORTED | _UNSUPPORTED | _ANNOTATIONS
+    for seg in reversed(pointer.split("/")[1:]):
+        seg = seg.replace("~1", "/").replace("~0", "~")
+        if seg in words:
+            return seg
+    return "$schema"
 
 
 def _close_ignored_extras(node: Any) -> Any:
@@ -127,6 +146,7 @@ class JsonSchemaCompiler(
         free_value_depth: int | None = None,
         strict: bool = False,
         registry: Any = None,
+        max_states: int | None = None,
     ):
         if whitespace is None:
             whitespace = "compact" if canonical else "any"
@@ -140,18 +160,34 @@ class JsonSchemaCompiler(
             raise InvalidArgumentError("max_recursion_depth and max_whitespace must be >= 0")
         if free_value_depth is not None and free_value_depth < 0:
             raise InvalidArgumentError("free_value_depth must be >= 0")
+        if max_states is not None and (isinstance(max_states, bool) or
+                                       not isinstance(max_states, int) or max_states < 1):
+            raise InvalidArgumentError(f"max_states must be an int >= 1, not {max_states!r}")
+        self.max_states = MAX_STATES if max_states is None else max_states
         schema = _schema_of(schema)
         if isinstance(schema, str):
             try:
                 schema = json.loads(schema)
             except json.JSONDecodeError as e:
                 raise InvalidSchemaError(f"not JSON: {e}") from None
+            except RecursionError:  # json's decoder recurses per nesting level
+                raise UnsupportedSchemaError(
+                    "$schema", "#", "the JSON text is nested too deep for Python's json "
+                    f"parser (the compiler accepts at most MAX_SCHEMA_DEPTH={MAX_SCHEMA_DEPTH} "
+                    "levels)") from None
         if not isinstance(schema, (dict, bool)):
             raise InvalidSchemaError(
                 f"a schema is an object or a boolean, not {type(schema).__name__}")
         bad = _json_value_problem(schema)
         if bad is not None:
             raise InvalidSchemaError(*bad)
+        deep = _too_deep(schema, MAX_SCHEMA_DEPTH)
+        if deep is not None:  # before anything recurses over the document (issue 23)
+            raise UnsupportedSchemaError(
+                _keyword_of(deep), deep,
+                f"the schema is nested more than MAX_SCHEMA_DEPTH={MAX_SCHEMA_DEPTH} levels of "
+                "objects/arrays deep here (checked before validation: deeper documents "
+                "exhaust Python's recursion in jsonschema and in this compiler)")
         self.root = schema
         self.lenient = lenient
         self.assert_formats = assert_formats
@@ -192,6 +228,9 @@ class JsonSchemaCompiler(
         self._oneof_exact: dict[str, bool] = {}  # oneOf pointer -> compiled as B_i & not B_j
         self._reach: dict[str, frozenset[str]] = {}
         self._states = 0
+        self._nesting = 0  # compile_items calls in progress (values nested so far)
+        self._path: list[str] = []  # their pointers
+        self._deepest: tuple[int, str] = (0, "#")  # the deepest nesting reached, its pointer
         self.free_depth_used = False
         self.unlisted_used = False
         tok = (lambda s: N.concat(self.ws, N.literal(s), self.ws)) if self.ws else N.literal
@@ -310,6 +349,29 @@ class JsonSchemaCompiler(
         hit = self._nfa_cache.get(key)
         if hit is not None:
             return self._reused(hit, key)
+        if self._nesting >= MAX_VALUE_NESTING:
+            self._too_deep_values(ptrs, stack)
+        self._nesting += 1
+        self._path.append(ptrs[-1] if ptrs else "#")
+        if self._nesting > self._deepest[0]:
+            self._deepest = (self._nesting, self._path[-1])
+        try:
+            return self._compile_items(items, stack, key)
+        finally:
+            self._nesting -= 1
+            self._path.pop()
+
+    def _too_deep_values(self, ptrs: tuple[str, ...], stack: tuple[str, ...]) -> None:
+        """Raise the typed error for values nested past :data:`MAX_VALUE_NESTING`."""
+        again = sorted({t for t in stack if stack.count(t) > 1})  # recursion being unrolled
+        why = (f"; max_recursion_depth={self.max_depth} unrolls the recursive $ref(s) "
+               f"{', '.join(again[:3])} that deep: lower it" if again else "")
+        raise UnsupportedSchemaError(
+            "$ref" if again else _keyword_of(ptrs[-1] if ptrs else "#"),
+            ptrs[-1] if ptrs else "#",
+            f"values nested more than MAX_VALUE_NESTING={MAX_VALUE_NESTING} levels deep{why}")
+
+    def _compile_items(self, items, stack: tuple[str, ...], key: tuple) -> ByteNFA:
         ex = self._expand(items, stack)
         fkey = self._flat_key(ex)
         hit = self._nfa_cache.get(fkey)
@@ -401,7 +463,17 @@ class JsonSchemaCompiler(
     # ------------------------------------------------------------------ entry
 
     def build(self) -> ByteNFA:
-        out = self.compile_items([(self.root, "#")], ())
+        try:
+            out = self.compile_items([(self.root, "#")], ())
+        except RecursionError:
+            # a safety net under MAX_SCHEMA_DEPTH/MAX_VALUE_NESTING (a caller already deep in
+            # its own stack): a typed error naming the deepest value being built
+            depth, where = self._deepest
+            raise UnsupportedSchemaError(
+                _keyword_of(where), where,
+                f"the schema nests too deep for Python's recursion limit "
+                f"({sys.getrecursionlimit()}) here; values were nested {depth} deep"
+            ) from None
         if self.ws is _WS_ANY:  # a JSON text: ws value ws (RFC 8259 §2)
             out = N.concat(_WS_ANY, out, _WS_ANY)
         out = N.finalize(out)

@@ -40,6 +40,26 @@ def _json_value_problem(doc: Any) -> tuple[str, str] | None:
     return None
 
 
+def _too_deep(doc: Any, limit: int) -> str | None:
+    """JSON pointer of the first non-empty object/array of ``doc`` at nesting level ``limit``
+    (the root is level 0; its members would be deeper than ``limit``), or None.  Iterative:
+    costs no recursion, and stops at the first node over the limit."""
+    stack: list[tuple[Any, str, int]] = [(doc, "#", 0)]
+    while stack:
+        x, where, d = stack.pop()
+        if isinstance(x, dict):
+            if d >= limit and x:
+                return where
+            stack.extend((v, where + "/" + str(k).replace("~", "~0").replace("/", "~1"), d + 1)
+                         for k, v in x.items() if isinstance(v, (dict, list)))
+        elif isinstance(x, list):
+            if d >= limit and x:
+                return where
+            stack.extend((v, f"{where}/{i}", d + 1) for i, v in enumerate(x)
+                         if isinstance(v, (dict, list)))
+    return None
+
+
 def _inline_definitions(meta: dict) -> dict:
     """``meta`` with every ``{"$ref": "#/definitions/X"}`` / ``{"$ref": "#/$defs/X"}`` (a bare
     reference) replaced by X's schema, itself inlined; references that recur into themselves

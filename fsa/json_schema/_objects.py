@@ -13,12 +13,17 @@ from ._base import _CompilerBase
 from ._constants import (
     MAX_ANY_ORDER_PROPERTIES,
     MAX_PATTERN_PROPERTIES,
-    MAX_STATES,
     MAX_WITNESSES,
 )
 from ._nodes import _UNLISTED, _ptr, _Synth
 from ._strings import _QUOTE, _body_excluding, _escape_subst
 from ._values import _json_str
+
+#: Byte-state equivalents charged per (state, later optional property) pair of an ordered
+#: object against ``max_states`` (see :meth:`_ObjectsMixin._check_object_size`): 2,000,000 /
+#: 12 = 166,000 pairs, ~400 optional properties in a row (the largest run in JSONSchemaBench:
+#: 311; measured ~11 KB of peak memory per pair over Llama-3).
+PAIR_COST = 12
 
 
 class _ObjectsMixin(_CompilerBase):
@@ -121,6 +126,7 @@ class _ObjectsMixin(_CompilerBase):
                 if et is not None:
                     extras.append((et, T))
         wrap = self._brackets("{", "}")
+        self._check_object_size(slots, extras, lo_p, hi_p, wfull, flat)
         if self.property_order == "any":
             out = self._object_any(slots, extras, lo_p, hi_p, flat, wfull, wrap)
         else:
@@ -304,8 +310,10 @@ class _ObjectsMixin(_CompilerBase):
         n = len(slots)
         if n > MAX_ANY_ORDER_PROPERTIES:
             self._unsupported("properties", flat[0][1],
-                              f"property_order='any' with {n} properties needs 2^{n} states "
-                              f"(limit {MAX_ANY_ORDER_PROPERTIES})")
+                              f"property_order='any' with {n:,} declared properties tracks "
+                              f"which were written: ~2^{n} = {2 ** n:.3g} states; at most "
+                              f"MAX_ANY_ORDER_PROPERTIES={MAX_ANY_ORDER_PROPERTIES} properties "
+                              "(property_order='schema' has no such limit)")
             return self._object_ordered(slots, extras, lo_p, hi_p, wfull, wrap)
         K = hi_p if hi_p is not None else max(1, lo_p)
         req_mask = sum(1 << i for i, (_, _, r) in enumerate(slots) if r)
@@ -350,12 +358,53 @@ class _ObjectsMixin(_CompilerBase):
                 if (S2, nc, w2) not in seen:
                     seen.add((S2, nc, w2))
                     todo.append((S2, nc, w2))
-            if b.n > MAX_STATES:
+            if b.n > self.max_states:
                 raise UnsupportedSchemaError("properties", flat[0][1],
                                              "property_order='any' automaton too large")
         return _wrapped(b, start, *wrap)
 
+    def _check_object_size(self, slots, extras, lo_p, hi_p, wfull, flat) -> None:
+        """Refuse before the work an object automaton of :meth:`_object_ordered` estimated
+        over ``max_states`` byte states: one copy of each key:value variant per count
+        (and witness set) it can lead to, the additional properties' once per count
+        (``minProperties: 100000`` beside additional properties ran out of memory after 14 s).
+        """
+        def size(kv) -> int:
+            parts = kv if isinstance(kv, tuple) else (kv,)
+            return sum(getattr(x, "num_states", 0) for x in parts) + 2
+
+        K = hi_p if hi_p is not None else max(1, lo_p)
+        comma = self.COMMA.num_states
+        estimate = 0
+        for i, (_name, variants, _req) in enumerate(slots):
+            # one copy per destination count (saturating at K) and witness set
+            dests = min(i + 1, K) * (wfull + 1)
+            estimate += dests * (sum(size(kv) for kv, _ in variants) + comma * len(variants))
+        estimate += K * (wfull + 1) * sum(size(kv) + comma for kv, _ in extras)
+        # optional properties in a row: after epsilon removal each state before one of them
+        # leads straight into every later one (500 optional properties: 250k such pairs, 48 s
+        # and 2.8 GB to lift over Llama-3; 2,000 ran out of 8 GB): PAIR_COST states per pair
+        pairs = run = 0
+        for i, (_name, _variants, req) in enumerate(slots):
+            run = 0 if req else run + 1
+            pairs += run * min(i + 1, K + 1) * (wfull + 1)
+        estimate += pairs * PAIR_COST
+        if estimate > self.max_states:
+            word = ("maxProperties" if hi_p is not None and K == hi_p and hi_p > len(slots)
+                    else "minProperties" if lo_p > len(slots) else "properties")
+            where = next((_ptr(p, word) for s, p in flat if word in s), flat[0][1])
+            skip = (f", {pairs:,} (state, later optional property) pairs x {PAIR_COST}"
+                    if pairs * PAIR_COST * 2 > estimate else "")
+            if skip and word == "properties":
+                where = next((_ptr(p, "properties") for s, p in flat if "properties" in s),
+                             where)
+            raise UnsupportedSchemaError(
+                word, where, f"the object automaton needs ~{estimate:,} states ("
+                f"{len(slots):,} declared properties, counts up to {K:,}"
+                f"{', additional properties' if extras else ''}{skip}; max_states="
+                f"{self.max_states:,})")
+
     def _count(self, a: ByteNFA, ptr: str = "#") -> None:
-        if a.num_states > MAX_STATES:
-            raise UnsupportedSchemaError("<size>", ptr, f"object automaton exceeds {MAX_STATES} "
-                                         "byte states")
+        if a.num_states > self.max_states:
+            raise UnsupportedSchemaError("<size>", ptr, "object automaton exceeds "
+                                         f"max_states={self.max_states:,} byte states")

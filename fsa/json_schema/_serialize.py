@@ -15,6 +15,54 @@ from ._values import _dumps, _json_eq, _json_str, _kind
 class _SerializeMixin(_CompilerBase):
     """Canonical serialization of instances against the compiler's root schema."""
 
+    def _branch_valid(self, node: Any, ptr: str, instance: Any) -> bool:
+        """Whether ``instance`` satisfies the ``anyOf``/``oneOf`` branch ``node`` at ``ptr``;
+        False where ``jsonschema`` cannot tell (the first branch is then used)."""
+        try:
+            return self._jsonschema_valid(node, ptr, instance)
+        except Exception:  # noqa: BLE001 - serialization falls back to the first branch
+            return False
+
+    def _jsonschema_valid(self, node: Any, ptr: str, instance: Any) -> bool:
+        """Whether ``instance`` satisfies the sub-schema ``node`` at ``ptr`` (``jsonschema``),
+        resolving its ``$ref`` against the resources (``$id``) enclosing it, as ``jsonschema``
+        does when it descends there: evolving the root's validator alone kept the root's base,
+        and ``{"$id": "urn:x", "$defs": {...}, "$ref": "#/$defs/d"}`` inside an ``anyOf``
+        raised PointerToNowhere (found by tests/test_fuzz_json_schema.py).  Raises what
+        ``jsonschema`` raises (its ``if`` and ``contains`` do not enter embedded resources
+        either, jsonschema 4.26)."""
+        v = self._validator
+        cache = self.__dict__.setdefault("_sub_validators", {})
+        key = (ptr, tuple(node) if isinstance(node, dict) else node)
+        hit = cache.get(key)
+        if hit is not None and (hit[0] is node or hit[0] == node):
+            return hit[1].is_valid(instance)
+        import referencing.jsonschema as rj
+        from jsonschema.validators import validator_for
+
+        spec = validator_for(self.root, default=type(v)).META_SCHEMA.get("$schema")
+        specification = rj.specification_with(spec or rj.DRAFT202012.id,
+                                              default=rj.DRAFT202012)
+        resolver = v._resolver
+        chain = [self.root]
+        if ptr.startswith("#/"):
+            cur = self.root
+            for seg in ptr[2:].split("/"):
+                seg = seg.replace("~1", "/").replace("~0", "~")
+                if isinstance(cur, dict) and seg in cur:
+                    cur = cur[seg]
+                elif isinstance(cur, list) and seg.isdigit() and int(seg) < len(cur):
+                    cur = cur[int(seg)]
+                else:
+                    break
+                chain.append(cur)
+        for x in chain[1:-1] + [node]:
+            if isinstance(x, dict) and isinstance(x.get("$id", x.get("id")), str):
+                resolver = resolver.in_subresource(specification.create_resource(x))
+        sub = v.evolve(schema=node, _resolver=resolver)
+        cache[key] = (node, sub)
+        return sub.is_valid(instance)
+
     def serialize(self, instance: Any, items=None, stack: tuple[str, ...] = ()) -> str:
         """The canonical serialization of ``instance`` (see :mod:`tractable.fsa.json_schema`)."""
         if items is None:
@@ -35,8 +83,7 @@ class _SerializeMixin(_CompilerBase):
             kind_, branches, dptr = disj.pop(0)
             chosen = branches[0] if branches else None
             for b in branches:
-                if self._validator is None or self._validator.evolve(schema=b[0]).is_valid(
-                        instance):
+                if self._validator is None or self._branch_valid(b[0], b[1], instance):
                     chosen = b
                     break
             if chosen is None:

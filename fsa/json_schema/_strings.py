@@ -14,7 +14,7 @@ from ..nfa import ByteNFA
 from ._automata import _is_empty, _trie
 from ._base import _CompilerBase
 from ._cache import _cached, _share
-from ._constants import _CHECKED_FORMATS, MAX_COMPLEMENT_STATES, MAX_STATES
+from ._constants import _CHECKED_FORMATS, MAX_COMPLEMENT_STATES
 from ._ecma import _ecma_to_python
 from ._nodes import _ptr, _Synth
 
@@ -325,14 +325,16 @@ class _StringsMixin(_CompilerBase):
         if lo == 0 and hi is None:
             length = _BODY
         else:
-            if hi is not None and hi * _CHAR.num_states > MAX_STATES:
-                self._unsupported("maxLength", flat[0][1], f"maxLength {hi} is too large")
+            if hi is not None and hi * _CHAR.num_states > self.max_states:
+                self._unsupported("maxLength", flat[0][1],
+                                  f"maxLength {hi:,} is too large (~{hi * _CHAR.num_states:,} "
+                                  f"states; max_states={self.max_states:,})")
                 hi = None
-            if lo * _CHAR.num_states > MAX_STATES:
+            if lo * _CHAR.num_states > self.max_states:
                 # checked before the work, as maxLength is (minLength 1e6 ran out of 4 GiB)
                 self._unsupported("minLength", flat[0][1],
                                   f"minLength {lo} is too large (~{lo * _CHAR.num_states:,} "
-                                  f"states; limit {MAX_STATES:,})")
+                                  f"states; max_states={self.max_states:,})")
                 lo = 0
             lkey = ("length", lo, hi)
             length = _cached(lkey)

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from .. import nfa as N
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedSchemaError
 from ..json_formats import canonical_number, to_decimal
 from ..nfa import ByteNFA
 from ._automata import _is_empty, _not_literals
@@ -166,12 +166,18 @@ class _ValuesMixin(_CompilerBase):
                 parts[t] = a
 
     def _valid_flat(self, v: Any, flat) -> bool:
-        for s, _ in flat:
+        for s, p in flat:
             sub = {k: x for k, x in s.items() if k not in ("enum", "const", "anyOf", "oneOf",
                                                            "allOf", "$ref")}
             if self.draft >= 6 and all(k == "type" or k in _ANNOTATIONS for k in sub):
                 continue  # the caller keeps only values of the conjunction's types
-            if not self._validator.evolve(schema=sub).is_valid(v):
+            try:
+                ok = self._jsonschema_valid(sub, p, v)
+            except Exception as e:  # noqa: BLE001 - jsonschema's own failure, made typed
+                raise UnsupportedSchemaError(
+                    "$ref", p, "checking the enum/const values against the other keywords "
+                    f"here, jsonschema failed: {type(e).__name__}: {str(e)[:160]}") from None
+            if not ok:
                 return False
         return True
 
