@@ -26,8 +26,9 @@ Measures, per output x drawn from the sampler's current Q̃ (log Q̃(x) is known
   mean over CARS's exact samples.
 
 A control on an enumerable real-LM task (SmolLM2 over its full vocabulary, the regex task of
-tests/test_smc_real.py) gives the same comparison exactly: KL(Q̃_S ‖ P(· | L)) of ASAp's current
-sampling distribution after m samples (by enumeration), GCD's fixed KL, and the upper bounds on Z
+tests/decode/test_smc_real.py) gives the same comparison exactly: KL(Q̃_S ‖ P(· | L)) of ASAp's
+current sampling distribution after m samples (by enumeration), GCD's fixed KL, and the upper
+bounds on Z
 that ASAp (c̃_S(ε)) and CARS (p_ε) hold.  ``--control-only`` reruns just the control and keeps the
 grammar rows of an earlier run's JSON.
 """
@@ -198,7 +199,7 @@ def _table_lm(table: dict, V: int, eos: tuple):
 
 def run_control(model, tok, vocab, args) -> dict:
     """An enumerable real-LM task (SmolLM2, full vocabulary, the regex task of
-    tests/test_smc_real.py): exact KL(Q̃_S ‖ P(· | L)) of ASAp's current sampling distribution
+    tests/decode/test_smc_real.py): exact KL(Q̃_S ‖ P(· | L)) of ASAp's current sampling distribution
     after m samples, GCD's, and the upper bounds c̃_S(ε) (ASAp) and p_ε (CARS) against Z."""
     from tractable.decode.asap import ASAp
     from tractable.decode.cars import CARS

@@ -234,7 +234,7 @@ def _repetition(args) -> int:
         "`lift._USE_PERIODIC = False` (every state of the repetition walked, the lift before); "
         f"per-state runs only up to N = {args.max_per_state}, {args.timeout} s limit; raw "
         "numbers in `compile_repetition.json`.  Automata identical either way (tests: "
-        "`tests/test_lift_periodic.py`).",
+        "`tests/fsa/test_lift_periodic.py`).",
         "",
         "| case | N | states | edges | periodic s | per state s | speed-up | periodic s / "
         "N=50 |",

@@ -1,6 +1,7 @@
 """Long fuzzing run of the regex and JSON Schema front ends (issue 23).
 
-Drives the properties of ``tests/test_fuzz_regex.py`` and ``tests/test_fuzz_json_schema.py``
+Drives the properties of ``tests/fsa/test_fuzz_regex.py`` and
+``tests/fsa/json_schema/test_fuzz_json_schema.py``
 (the same generators and checks as CI, which runs a short derandomized sample) with many more
 random examples, and counts what they record:
 
@@ -35,7 +36,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "fsa"))
+sys.path.insert(0, str(ROOT / "tests" / "fsa" / "json_schema"))
 
 import test_fuzz_json_schema as FJ  # noqa: E402
 import test_fuzz_regex as FR  # noqa: E402
@@ -188,8 +190,9 @@ Machine: {results['machine']}; versions: {json.dumps(results['versions'])}; date
 {results['date']}; hypothesis seed {results['seed']}; per-example limit {results['limit_s']} s
 (SIGALRM); wall time {results['wall_s']:.0f} s.
 
-What is checked (generators and checks: `tests/test_fuzz_regex.py`,
-`tests/test_fuzz_json_schema.py`, the same as CI, which runs a short derandomized sample):
+What is checked (generators and checks: `tests/fsa/test_fuzz_regex.py`,
+`tests/fsa/json_schema/test_fuzz_json_schema.py`, the same as CI, which runs a short
+derandomized sample):
 
 * regex: random patterns (lookaround, anchors inside, flags, counted repetition, and
   backreferences / `\\b` / conditionals that must be refused) and garbage strings over
@@ -220,8 +223,8 @@ Refusals (documented unsupported constructs, typed errors) by construct:
 Examples with a mismatch (if any) and untyped errors are listed in the JSON file.
 
 Found by earlier runs of this script and fixed (regression tests in
-`tests/test_bad_inputs.py::test_embedded_id_resources_found_by_fuzzing`): a sub-schema with
-its own `$id` whose `$ref` points into its own `$defs` made `serialize_instance` raise
+`tests/tractable/test_bad_inputs.py::test_embedded_id_resources_found_by_fuzzing`): a sub-schema
+with its own `$id` whose `$ref` points into its own `$defs` made `serialize_instance` raise
 jsonschema's PointerToNowhere (anyOf branches were checked at the root's base URI), and made
 the compile itself raise it where enum/const values are checked under such an `if` (now a
 typed `UnsupportedSchemaError`: jsonschema 4.26's `if`/`contains` do not enter embedded

@@ -466,7 +466,7 @@ def sql_states(args) -> None:
              "\"> N\"); states are reachable non-empty subsets (no dead state), and the "
              "minimal DFA's states (Moore refinement) when it finished.  It agrees with "
              "automata-lib `DFA.from_nfa` (both with and without `minify`) on the small "
-             "grammars in tests/test_grammar.py.  Token level = lifted to the Llama-3 "
+             "grammars in tests/fsa/grammar/test_grammar.py.  Token level = lifted to the Llama-3 "
              "vocabulary (128,256 tokens); the token-level DFA is not attempted.", "",
              "| approximation | char NFA states / edges | s | char DFA states (subset) | "
              "minimal DFA | byte classes | s | token NFA states / edges | s |",

@@ -1,7 +1,7 @@
 """Load fuzzing: mutated saved automata → typed error, identical, or valid; never untyped, never
 a hang, never a tampered file accepted (issue 23).
 
-Runs the mutators and the oracle of ``tests/test_load_fuzz.py`` (one definition of both) with
+Runs the mutators and the oracle of ``tests/fsa/test_load_fuzz.py`` (one definition of both) with
 seeded ``random.Random`` streams: ``--examples`` trials per mutator on each base automaton (a
 40-id vocabulary, W = 2, every tensor raw; and GPT-2's real vocabulary, W = 1,571, whose 157 KB
 ``labels`` format version 2 stores zlib-compressed — on it the compressed-payload mutators
@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _fuzz_module():
-    spec = importlib.util.spec_from_file_location("_load_fuzz", ROOT / "tests/test_load_fuzz.py")
+    path = ROOT / "tests/fsa/test_load_fuzz.py"
+    spec = importlib.util.spec_from_file_location("_load_fuzz", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -50,7 +51,7 @@ def _alarm(signum, frame):
 
 def bases(F, which: list[str]):
     """[(name, vocab, automaton)]: the automata whose saved files are mutated (the GPT-2 one is
-    ``tests/test_load_fuzz.py``'s ``gpt2_automaton``: its labels are stored compressed)."""
+    ``tests/fsa/test_load_fuzz.py``'s ``gpt2_automaton``: its labels are stored compressed)."""
     out = []
     if "tiny" in which:
         v = F.tiny_vocab()
@@ -167,7 +168,7 @@ def write(res: dict, out: Path) -> None:
             for b in res.get("bases", [])) + ".  The `z_*` mutators (compressed payload: byte "
         "flips in the blob, truncated/extended blob, wrong declared size, undeclared or "
         "misdeclared blobs) run on the compressed base only.",
-        "- Mutators and the oracle: `tests/test_load_fuzz.py` (its docstring defines the "
+        "- Mutators and the oracle: `tests/fsa/test_load_fuzz.py` (its docstring defines the "
         "outcomes).  `refused` = a `TractableError` at load; `identical` = the mutation changed "
         "nothing the format reads; `valid` = a different automaton (checksum recomputed or "
         "dropped) that satisfies every invariant and passed a first-use GCD walk.",

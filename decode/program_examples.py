@@ -6,7 +6,7 @@
   ``condition(c.check(tok))``) and ``--proposal lcd`` / ``gcd`` (M'_t = masked LM, G'_t = the
   mask's mass) — and ``awrs``; the class also takes ``pgcd`` with a ``PGCD`` potential as
   proposal and twist (the command line has no HMM).  With the same seed it reproduces
-  :class:`~.smc.SMC` draw for draw (tests/test_program.py);
+  :class:`~.smc.SMC` draw for draw (tests/decode/test_program.py);
 * ``contains_word`` — :class:`ContainsWord`: the answer must contain a given word (the
   infilling-like task): a GCD proposal on the automaton ``(?s).*word.*`` keeps every particle
   able to fit the word within the budget, and ``condition`` checks at the end what the regex

@@ -85,7 +85,7 @@ One automaton may be shared by any number of threads.  Every cache *fill* (a new
 transition, a new mask row, a table reset) runs under the engine's lock; warm reads take no
 lock.  Mask-table rows are never rewritten once published: a table that reaches its byte limit
 is replaced by a new one (the old one stays intact for readers still holding it), so a row index
-is always read from the table it was published in.  ``tests/test_thread_safety.py`` hammers
+is always read from the table it was published in.  ``tests/fsa/test_thread_safety.py`` hammers
 first-time fills and resets from several threads against a single-threaded reference.
 """
 

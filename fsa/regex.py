@@ -18,7 +18,7 @@ pattern's (a counted repetition ``x{lo,hi}`` costs ``hi`` copies of ``x``).
 ``(?s:...)``, ``(?x)``), Unicode ``\\d \\w \\s`` (or ASCII ones under ``re.ASCII``), and
 ``re.IGNORECASE`` with Python's case-folding rules.  (interegular's parser was tried first:
 it rejects ``^``/``$``/``\\uXXXX``, reads ``\\d`` as ASCII-only, misparses ``[]a]``, and keeps no
-positions; see ``tests/test_regex.py::test_interegular_divergences``.)  Character classes that
+positions; see ``tests/fsa/test_regex.py::test_interegular_divergences``.)  Character classes that
 involve a Unicode category (``\\d``, ``\\w``, ``\\s``) or case folding are *computed by* ``re``: the
 class is matched once against the string of all code points (about 10 ms, cached per class and
 flags), so they agree with ``re`` by construction.

@@ -1,4 +1,10 @@
-"""Shared pytest fixtures: real tokenizers fetched by ``scripts/fetch_fixtures.py``."""
+"""Shared pytest fixtures: real tokenizers fetched by ``scripts/fetch_fixtures.py``.
+
+``tests/`` mirrors the package: ``fsa/`` (with ``json_schema/`` and ``grammar/``), ``decode/``,
+``hmm/``, ``tractable/``; data in ``tests/data``.  The kernel tests stay at the top
+(``test_kernels.py``): pytest puts this folder on ``sys.path``, and a ``tests/kernels/`` folder
+there would be found as a namespace package ``kernels``, shadowing Hugging Face's ``kernels``.
+"""
 
 from __future__ import annotations
 

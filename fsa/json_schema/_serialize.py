@@ -28,7 +28,8 @@ class _SerializeMixin(_CompilerBase):
         resolving its ``$ref`` against the resources (``$id``) enclosing it, as ``jsonschema``
         does when it descends there: evolving the root's validator alone kept the root's base,
         and ``{"$id": "urn:x", "$defs": {...}, "$ref": "#/$defs/d"}`` inside an ``anyOf``
-        raised PointerToNowhere (found by tests/test_fuzz_json_schema.py).  Raises what
+        raised PointerToNowhere (found by tests/fsa/json_schema/test_fuzz_json_schema.py).
+        Raises what
         ``jsonschema`` raises (its ``if`` and ``contains`` do not enter embedded resources
         either, jsonschema 4.26)."""
         v = self._validator

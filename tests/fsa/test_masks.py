@@ -559,7 +559,7 @@ def _import_graph() -> dict[str, set[str]]:
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     files = {}
     for pkg in ("fsa", "kernels"):
         for f in (root / pkg).rglob("*.py"):

@@ -13,7 +13,7 @@ import pytest
 
 from tractable.testing.json_schema import evaluate_record
 
-DATA = Path(__file__).parent / "data" / "json_schema_bench_subset.jsonl"
+DATA = Path(__file__).resolve().parents[2] / "data" / "json_schema_bench_subset.jsonl"
 
 
 def _records():

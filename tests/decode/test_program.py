@@ -5,7 +5,7 @@ enumeration.
     draw (same seed → same particles, log weights, log Ẑ and drawn sample) where both express
     the same target: every proposal (LM + condition, LCD, GCD, AWRS, P-GCD), every resampling
     rule, with a P-GCD potential and with a generic potential, on toy LMs, on SmolLM2
-    restricted to 8 tokens and on the real SmolLM2 yes/no task of tests/test_smc_real.py.
+    restricted to 8 tokens and on the real SmolLM2 yes/no task of tests/decode/test_smc_real.py.
 (b) On enumerable targets that SMC cannot express — prompt intersection (a product of two
     LMs, both proposals of the seed), a mixture drawn with ``sample(Categorical, proposal)``,
     a user twist — Ẑ and P̃̂ are unbiased (|z| < 3 over 200 runs) and the weighted ensemble's
@@ -188,7 +188,7 @@ def _chat(tok, text):
 
 @pytest.mark.model
 def test_program_reproduces_smc_smollm2(smol):
-    """The yes/no task of tests/test_smc_real.py with the real model (KV cache reordered by
+    """The yes/no task of tests/decode/test_smc_real.py with the real model (KV cache reordered by
     resampling): GCD at M = 4 and AWRS at M = 2 give identical runs; and SmolLM2 restricted to
     8 tokens with ``[ab]{2,4}[12]`` (LM + condition and GCD)."""
     from tractable.decode.constraints import AutomatonConstraint

@@ -339,7 +339,7 @@ def test_smollm2_tokenizer_from_gguf(monkeypatch):
     # `python -m pytest` puts the repository root on sys.path, where the top-level `kernels/`
     # folder (installed as tractable.kernels) shadows the HF `kernels` package that
     # transformers probes for when it loads a Llama config.
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != root])
     from transformers import AutoTokenizer
 

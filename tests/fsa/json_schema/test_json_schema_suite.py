@@ -12,7 +12,7 @@ import pytest
 
 from tractable.testing.json_schema import known_false_negative, load_suite, run_suite
 
-SUITE = Path(__file__).parent / "data" / "json_schema_test_suite"
+SUITE = Path(__file__).resolve().parents[2] / "data" / "json_schema_test_suite"
 
 FAST = ["type", "enum", "const", "required", "properties", "additionalProperties", "items",
         "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "minimum", "maximum",

@@ -16,7 +16,7 @@ from tractable.fsa.grammar import GrammarLimitError
 
 from tractable.grammar import Checker, grammar_to_nfa, parse_grammar
 
-DATA = Path(__file__).parent / "data" / "grammars"
+DATA = Path(__file__).resolve().parents[2] / "data" / "grammars"
 
 
 def _lark_chain(n: int) -> str:

@@ -32,7 +32,7 @@ from tractable.testing.grammar import (
     sample_nfa,
 )
 
-DATA = Path(__file__).parent / "data" / "grammars"
+DATA = Path(__file__).resolve().parents[2] / "data" / "grammars"
 
 
 def _read(name: str) -> str:

@@ -331,7 +331,7 @@ def test_suite_every_serialization_fast():
 
     from tractable.testing.json_schema import known_false_negative, load_suite, run_suite
 
-    suite = Path(__file__).parent / "data" / "json_schema_test_suite"
+    suite = Path(__file__).resolve().parents[2] / "data" / "json_schema_test_suite"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         recs = run_suite(load_suite(suite, files=FAST), styles=True, canonical=False)

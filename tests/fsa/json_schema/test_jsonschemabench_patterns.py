@@ -17,8 +17,9 @@ For each pattern (full-match semantics, ``re.fullmatch``):
   tokenization and of one random segmentation: ``viable == regex partial matching``.
 
 The default run takes a deterministic subset; ``-m slow`` runs them all (its report goes to a
-temporary directory: tests write nothing else); ``python tests/test_jsonschemabench_patterns.py``
-runs them all and writes ``bench/results/regex_jsonschemabench_patterns.{md,json}``.
+temporary directory: tests write nothing else);
+``python tests/fsa/json_schema/test_jsonschemabench_patterns.py`` runs them all and writes
+``bench/results/regex_jsonschemabench_patterns.{md,json}``.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ from tractable.testing.regex import (
     sample_accepted,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).resolve().parent / "data" / "jsonschemabench_patterns.json.gz"
+ROOT = Path(__file__).resolve().parents[3]
+DATA = Path(__file__).resolve().parents[2] / "data" / "jsonschemabench_patterns.json.gz"
 RESULTS = ROOT / "bench" / "results" / "regex_jsonschemabench_patterns"
 
 #: Default (not slow) run: this many patterns, chosen by hash, among those whose finalized byte
@@ -268,8 +269,9 @@ def write_report(counts, mismatches, times, rows, elapsed, vocab_name="llama3",
     md = [
         "# JSONSchemaBench regex patterns: compiled automata vs Python `re`",
         "",
-        f"Command: `python tests/test_jsonschemabench_patterns.py` (= `pytest -m slow "
-        f"tests/test_jsonschemabench_patterns.py`), {time.strftime('%Y-%m-%d')}, "
+        "Command: `python tests/fsa/json_schema/test_jsonschemabench_patterns.py` "
+        f"(= `pytest -m slow "
+        f"tests/fsa/json_schema/test_jsonschemabench_patterns.py`), {time.strftime('%Y-%m-%d')}, "
         f"{platform.machine()} {platform.processor() or ''} ({platform.system()}), Python "
         f"{platform.python_version()}, tractable {tractable.__version__}, vocabulary "
         f"{vocab_name} (128,256 ids). Data: `tests/data/jsonschemabench_patterns.json.gz` "
@@ -342,7 +344,7 @@ def test_jsonschemabench_patterns_all(llama3_vocab, llama3_tokenizer, tmp_path):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from conftest import _tokenizer, _vocab
 
     rows = load_patterns()

@@ -356,7 +356,8 @@ def test_regex_messages_are_truncated_around_the_position():
 
 
 def test_embedded_id_resources_found_by_fuzzing():
-    """Found by tests/test_fuzz_json_schema.py: a sub-schema with its own ``$id`` whose
+    """Found by tests/fsa/json_schema/test_fuzz_json_schema.py: a sub-schema with its own
+    ``$id`` whose
     ``$ref`` points into its own ``$defs``.  serialize_instance picked anyOf branches with
     jsonschema evolved at the root's base (PointerToNowhere); now the enclosing resources are
     entered.  Checking enum/const values under an ``if`` holding such a resource fails inside
