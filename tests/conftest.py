@@ -1,9 +1,11 @@
 """Shared pytest fixtures: real tokenizers fetched by ``scripts/fetch_fixtures.py``.
 
 ``tests/`` mirrors the package: ``fsa/`` (with ``json_schema/`` and ``grammar/``), ``decode/``,
-``hmm/``, ``tractable/``; data in ``tests/data``.  The kernel tests stay at the top
-(``test_kernels.py``): pytest puts this folder on ``sys.path``, and a ``tests/kernels/`` folder
-there would be found as a namespace package ``kernels``, shadowing Hugging Face's ``kernels``.
+``hmm/`` and ``facade/`` (the ``tractable`` facade and CLI); data in ``tests/data``.  Pytest puts
+this folder on ``sys.path``, where a sub-folder is found as a namespace package of its name: a
+``tests/tractable/`` would hide the installed ``tractable`` (its editable finder comes after
+``sys.path``) and a ``tests/kernels/`` Hugging Face's ``kernels``; hence ``facade/``, and the
+kernel tests at the top (``test_kernels.py``).
 """
 
 from __future__ import annotations

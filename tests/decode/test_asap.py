@@ -18,10 +18,11 @@ import pytest
 import torch
 from tractable.decode.asap import ASAp
 from tractable.decode.constraints import Constraint, PrefixConstraint
-from tractable.decode.lm import LanguageModel, TableLM
+from tractable.decode.lm import TableLM
 from tractable.decode.prefix_trie import TrieFormatError
 from tractable.fsa.errors import InvalidArgumentError
 
+from tractable.testing.lm_tables import PrefixTableLM, RecordingLM
 from tractable.testing.samplers import (
     chisquare_pvalue,
     enumerate_posterior,
@@ -223,73 +224,6 @@ def test_bad_arguments():
 # ----------------------------------------------------------------------------- SmolLM2
 
 
-class _Recorder(LanguageModel):
-    """Wraps an LM and keeps every row it returns: {generated prefix: float32 [V]}."""
-
-    def __init__(self, base: LanguageModel) -> None:
-        self.base = base
-        self.vocab_size = base.vocab_size
-        self.eos_token_ids = base.eos_token_ids
-        self.table: dict[tuple[int, ...], torch.Tensor] = {}
-
-    def start(self, prompt_ids, batch_size=1):
-        return self.base.start(prompt_ids, batch_size)
-
-    def logprobs(self, state):
-        lp = self.base.logprobs(state)
-        for p, row in zip(state.prefixes, lp):
-            self.table[tuple(p)] = row.clone()
-        return lp
-
-    def advance(self, state, tokens):
-        return self.base.advance(state, tokens)
-
-
-class _Rows:
-    def __init__(self, prefixes: list[tuple[int, ...]]) -> None:
-        self.prefixes = prefixes
-
-    @property
-    def batch_size(self) -> int:
-        return len(self.prefixes)
-
-    def select(self, idx: torch.Tensor) -> _Rows:
-        return _Rows([self.prefixes[int(i)] for i in idx.tolist()])
-
-
-class _TableRows(LanguageModel):
-    """The recorded rows as an LM.  Finished rows (an EOS in the prefix) get an EOS-only row;
-    any other unknown prefix is an error (the sampler left the enumerated tree)."""
-
-    def __init__(self, table: dict, vocab_size: int, eos_token_ids: Sequence[int]) -> None:
-        self.table = table
-        self.vocab_size = int(vocab_size)
-        self.eos_token_ids = tuple(int(e) for e in eos_token_ids)
-        self.calls = 0
-        self.rows = 0
-        self._eos_row = torch.full((self.vocab_size,), -math.inf)
-        self._eos_row[self.eos_token_ids[0]] = 0.0
-
-    def start(self, prompt_ids, batch_size: int = 1) -> _Rows:
-        return _Rows([()] * batch_size)
-
-    def logprobs(self, state: _Rows) -> torch.Tensor:
-        self.calls += 1
-        self.rows += state.batch_size
-        out = []
-        for p in state.prefixes:
-            row = self.table.get(p)
-            if row is None:
-                if not any(t in self.eos_token_ids for t in p):
-                    raise KeyError(f"prefix {p} was not enumerated")
-                row = self._eos_row
-            out.append(row)
-        return torch.stack(out)
-
-    def advance(self, state: _Rows, tokens: torch.Tensor) -> _Rows:
-        return _Rows([p + (int(t),) for p, t in zip(state.prefixes, tokens.tolist())])
-
-
 class _OnlyIds(Constraint):
     """``base`` with every id outside ``ids`` (and EOS) disallowed; masks are built from
     ``base.check`` on those ids only (a byte-level checker over 49k ids would be slow)."""
@@ -368,11 +302,11 @@ def test_smollm2_restricted_gsk_grammar(smollm2):
     ids = [vocab.token_bytes.index(w.encode()) for w in ["0", "1"]]  # digits are single tokens
     C = _OnlyIds(as_constraint(Checker(GSK), vocab), ids)
     prompt = _chat(tok, "Write a binary string of length 5 that ends with a 1.")
-    rec = _Recorder(RestrictedLM(HFCausalLM(model, tok, eos_token_ids=vocab.eos_token_ids), ids))
+    rec = RecordingLM(RestrictedLM(HFCausalLM(model, tok, eos_token_ids=vocab.eos_token_ids), ids))
     N = 6
     post, G = enumerate_posterior(rec, C, prompt, N, prune=True)
     assert len(post) == 17
-    lm = _TableRows(rec.table, vocab.size, vocab.eos_token_ids)
+    lm = PrefixTableLM(rec.table, vocab.size, vocab.eos_token_ids)
     gcd, curve, p, s = _converges_on(lm, C, prompt, N, post, checkpoints=[1, 10, 50, 200],
                                      late=800)
     print(f"\nG={G:.3g} KL gcd={gcd:.4f} asap={curve} chi2 p={p:.3g} nodes={s.trie_nodes}")
@@ -395,10 +329,10 @@ def test_smollm2_regex_full_vocabulary(smollm2):
     A = compile_regex(r"(Yes|No|Maybe)\.?", vocab)
     C = AutomatonConstraint(A)
     prompt = _chat(tok, "Is the sky blue? Answer with one word: yes, no or maybe.")
-    rec = _Recorder(HFCausalLM(model, tok, eos_token_ids=vocab.eos_token_ids))
+    rec = RecordingLM(HFCausalLM(model, tok, eos_token_ids=vocab.eos_token_ids))
     N = 7
     post, G = enumerate_posterior(rec, C, prompt, N, prune=True)
-    lm = _TableRows(rec.table, vocab.size, vocab.eos_token_ids)
+    lm = PrefixTableLM(rec.table, vocab.size, vocab.eos_token_ids)
     # ASAp is given the TokenAutomaton itself (wrapped by as_constraint)
     gcd, curve, p, s = _converges_on(lm, A, prompt, N, post, checkpoints=[1, 20, 100, 400],
                                      late=800)

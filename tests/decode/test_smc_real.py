@@ -27,15 +27,14 @@ SMC runs below only ever visit GCD-allowed prefixes, all of which the enumeratio
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from tractable.decode.lm import LanguageModel
 from tractable.decode.smc import SMC
 
+from tractable.testing.lm_tables import PrefixTableLM, RecordingLM
 from tractable.testing.samplers import enumerate_posterior, total_variation, z_score
 
 pytestmark = pytest.mark.model
@@ -45,74 +44,6 @@ PATTERN = r"(Yes|No|Maybe)\.?"
 BUDGET = 7
 RUNS = 100
 Z_MAX = 3.0
-
-
-class _Rows:
-    def __init__(self, prefixes: list[tuple[int, ...]]) -> None:
-        self.prefixes = prefixes
-
-    @property
-    def batch_size(self) -> int:
-        return len(self.prefixes)
-
-    def select(self, idx: torch.Tensor) -> _Rows:
-        return _Rows([self.prefixes[int(i)] for i in idx.tolist()])
-
-
-class _Recorder(LanguageModel):
-    """Wraps an LM and keeps every row it returns: {generated prefix: float32 [V]}."""
-
-    def __init__(self, base: LanguageModel) -> None:
-        self.base = base
-        self.vocab_size = base.vocab_size
-        self.eos_token_ids = base.eos_token_ids
-        self.table: dict[tuple[int, ...], torch.Tensor] = {}
-
-    def start(self, prompt_ids: Sequence[int], batch_size: int = 1):
-        return self.base.start(prompt_ids, batch_size)
-
-    def logprobs(self, state) -> torch.Tensor:
-        lp = self.base.logprobs(state)
-        for p, row in zip(state.prefixes, lp):
-            self.table[tuple(p)] = row.clone()
-        return lp
-
-    def advance(self, state, tokens: torch.Tensor):
-        return self.base.advance(state, tokens)
-
-
-class _PrefixTableLM(LanguageModel):
-    """The recorded rows as an LM (the prompt is fixed; rows are keyed by generated prefix).
-    Finished rows (their prefix holds an EOS id) get an EOS-only row; any other unknown prefix
-    is an error (SMC left the enumerated tree)."""
-
-    def __init__(self, table: dict, vocab_size: int, eos_token_ids: Sequence[int]) -> None:
-        self.table = table
-        self.vocab_size = int(vocab_size)
-        self.eos_token_ids = tuple(int(e) for e in eos_token_ids)
-        self.calls = 0
-        self.rows = 0
-        self._eos_row = torch.full((self.vocab_size,), -math.inf)
-        self._eos_row[self.eos_token_ids[0]] = 0.0
-
-    def start(self, prompt_ids: Sequence[int], batch_size: int = 1) -> _Rows:
-        return _Rows([()] * batch_size)
-
-    def logprobs(self, state: _Rows) -> torch.Tensor:
-        self.calls += 1
-        self.rows += state.batch_size
-        out = []
-        for p in state.prefixes:
-            row = self.table.get(p)
-            if row is None:
-                if not any(t in self.eos_token_ids for t in p):
-                    raise KeyError(f"prefix {p} was not enumerated")
-                row = self._eos_row
-            out.append(row)
-        return torch.stack(out)
-
-    def advance(self, state: _Rows, tokens: torch.Tensor) -> _Rows:
-        return _Rows([p + (int(t),) for p, t in zip(state.prefixes, tokens.tolist())])
 
 
 def _lm_shaped_hmm(table: dict, V: int, fingerprint: str, eps: float = 1e-3):
@@ -160,9 +91,9 @@ def yes_no_task():
                                      add_generation_prompt=True, tokenize=True)
     if not isinstance(prompt, list):
         prompt = list(prompt["input_ids"])
-    rec = _Recorder(HFCausalLM(model, tok, eos_token_ids=vocab.eos_token_ids))
+    rec = RecordingLM(HFCausalLM(model, tok, eos_token_ids=vocab.eos_token_ids))
     post, G = enumerate_posterior(rec, C, prompt, BUDGET, prune=True)
-    lm = _PrefixTableLM(rec.table, vocab.size, vocab.eos_token_ids)
+    lm = PrefixTableLM(rec.table, vocab.size, vocab.eos_token_ids)
     hmm = _lm_shaped_hmm(rec.table, vocab.size, vocab.fingerprint)
     yield SimpleNamespace(lm=lm, A=A, C=C, prompt=prompt, post=post, G=G, hmm=hmm, tok=tok)
     torch.set_num_threads(threads)
