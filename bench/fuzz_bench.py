@@ -223,7 +223,7 @@ Refusals (documented unsupported constructs, typed errors) by construct:
 Examples with a mismatch (if any) and untyped errors are listed in the JSON file.
 
 Found by earlier runs of this script and fixed (regression tests in
-`tests/tractable/test_bad_inputs.py::test_embedded_id_resources_found_by_fuzzing`): a sub-schema
+`tests/facade/test_bad_inputs.py::test_embedded_id_resources_found_by_fuzzing`): a sub-schema
 with its own `$id` whose `$ref` points into its own `$defs` made `serialize_instance` raise
 jsonschema's PointerToNowhere (anyOf branches were checked at the root's base URI), and made
 the compile itself raise it where enum/const values are checked under such an `if` (now a

@@ -87,7 +87,7 @@ _NUM = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 
 def canon_number(raw: str) -> str:
     """Canonical spelling of a JSON number literal (no exponent, no trailing zeros, -0 -> 0)."""
-    from tractable.fsa.json_formats import canonical_number
+    from tractable.fsa.json_schema.formats import canonical_number
 
     return canonical_number(Decimal(raw))
 
@@ -157,8 +157,8 @@ def spelling(text: str, model_cls) -> dict:
     # cross-check with the library's serializer where the numbers survive a trip through float
     lib_check = None
     try:
-        from tractable.fsa.json_formats import canonical_number
         from tractable.fsa.json_schema import serialize_instance
+        from tractable.fsa.json_schema.formats import canonical_number
 
         if all(math.isfinite(float(r)) and canonical_number(float(r)) == canon_number(r)
                for r in lits):

@@ -113,7 +113,7 @@ def _budgets(m: int) -> list[tuple[str, int]]:
 
 def _walk(A, vocab, schema, rng, r: int) -> dict:
     import torch
-    from tractable.fsa.unique_items import UniqueItemsDeadEndError
+    from tractable.fsa.json_schema.unique_items import UniqueItemsDeadEndError
 
     from tractable.testing.json_schema import check_instance_text
 
@@ -172,7 +172,7 @@ def _task(vocab, rec: dict, lang: str, walks: int, timeout: int, walk_timeout: i
         UnsupportedSchemaError,
     )
     from tractable.fsa.json_schema import compile_json_schema
-    from tractable.fsa.unique_items import UniqueItemsAutomaton
+    from tractable.fsa.json_schema.unique_items import UniqueItemsAutomaton
 
     out = {"id": rec["id"], "group": rec["group"], "lang": lang,
            "unique_items": has_unique(rec["schema"])}
@@ -475,8 +475,9 @@ def write(tasks: list[dict], meta: dict, args) -> None:
          "*len* = tokens per walk (median / max); *unique used* = schema-valid walks whose "
          "instance has a `uniqueItems` array with 2 or more items (fails the schema with "
          "`maxItems: 1` in place of `uniqueItems`).  `UniqueItemsDeadEndError` is the "
-         "per-request checker's documented failure mode (`fsa/unique_items.py`, \"Budget "
-         "guarantee\": its `min_tokens_to_accept` and mask distances ignore uniqueness, so a "
+         "per-request checker's documented failure mode "
+         "(`fsa/json_schema/unique_items.py`, \"Budget guarantee\": its "
+         "`min_tokens_to_accept` and mask distances ignore uniqueness, so a "
          "walk can spend its slack until every continuation that fits repeats an item).", ""]
     for lang in langs:
         L += [f"## `{lang}` language (`canonical={LANGS[lang]['canonical']}`)", "",

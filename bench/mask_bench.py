@@ -98,7 +98,7 @@ ENGINES = ("tractable_gcd", "tractable_lcd", "xgrammar", "outlines_core", "llgui
 
 
 def _fallback_nfa(name: str):
-    """The PATTERNS spelled with the combinators (used until fsa/regex.py exists)."""
+    """The PATTERNS spelled with the combinators (used until fsa/regex/ exists)."""
     from tractable.fsa import nfa as N
 
     def cls(spec: str):

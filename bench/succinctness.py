@@ -48,12 +48,13 @@ def add_vec_schema(n: int) -> dict:
 
 def _dfa_states(n: int, q) -> None:
     from tractable.fsa import nfa as N
+    from tractable.fsa import nfa_automata_lib as NA
     from tractable.fsa.json_schema import json_schema_to_nfa
 
     schema = add_vec_schema(n)
     schema.pop("name")
     a = N.finalize(json_schema_to_nfa(schema))
-    dfa = N.to_automata_lib(a, deterministic=True)
+    dfa = NA.to_automata_lib(a, deterministic=True)
     m = dfa.minify()
     q.put((len(dfa.states), len(m.states)))
 

@@ -1,12 +1,12 @@
-"""A :class:`~tractable.fsa.unique_items.UniqueItemsAutomaton` (JSON Schema ``uniqueItems``
-checked per request) as a :class:`~.constraints.Constraint`, for SMC, AWRS and CARS.
+"""A :class:`~tractable.fsa.json_schema.unique_items.UniqueItemsAutomaton` (JSON Schema
+``uniqueItems`` checked per request) as a :class:`~.constraints.Constraint`, for SMC, AWRS and CARS.
 
 :func:`~.constraints.as_constraint` returns this adapter for such an automaton (through its
 ``as_constraint()``), so ``tractable.smc(model, tok, prompt, compile_json_schema(schema,
 vocab))`` works unchanged.  Semantics are the :mod:`.constraints` ones: ``advance`` leaves a
 row unchanged on EOS (it is finished); ``allowed`` is the automaton's mask (bool [B, V]); a
 row whose every continuation would repeat an item gets an empty mask (its particle dies with
-weight 0) instead of :class:`~tractable.fsa.unique_items.UniqueItemsDeadEndError`.
+weight 0) instead of :class:`~tractable.fsa.json_schema.unique_items.UniqueItemsDeadEndError`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ __all__ = ["UniqueItemsConstraint"]
 
 
 class UniqueItemsConstraint(Constraint):
-    """The constraint of a :class:`~tractable.fsa.unique_items.UniqueItemsAutomaton`.
+    """The constraint of a :class:`~tractable.fsa.json_schema.unique_items.UniqueItemsAutomaton`.
 
-    State: :class:`~tractable.fsa.unique_items.UniqueItemsState` (batched, ``select``-able).
+    State: :class:`~tractable.fsa.json_schema.unique_items.UniqueItemsState` (batched,
+    ``select``-able).
     ``check`` builds the mask of the rows it is asked about (one mask per distinct
     (row, remaining) pair) and reads the tokens' bits.
     """

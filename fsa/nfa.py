@@ -13,8 +13,9 @@ epsilon-free, trimmed to accessible and co-accessible states, one start state nu
 edges merged per (source, destination) pair, and states with identical futures merged.
 
 Interop with automata-lib (``automata.fa.nfa.NFA`` / ``automata.fa.dfa.DFA``) is through
-:mod:`.nfa_automata_lib` (``to_automata_lib`` / ``from_automata_lib``, also reachable from
-this module), whose input symbols are one-character strings (a byte ``b`` is ``chr(b)``).
+:mod:`.nfa_automata_lib` (``to_automata_lib`` / ``from_automata_lib``; this module does not
+import it: no import cycle), whose input symbols are one-character strings (a byte ``b`` is
+``chr(b)``).
 """
 
 from __future__ import annotations
@@ -747,12 +748,3 @@ def byte_classes(masks: Iterable[int]) -> tuple[list[int], int]:
     table = {bytes(kb): 0}
     cls = [table.setdefault(sig[i:i + kb], len(table)) for i in range(0, 256 * kb, kb)]
     return cls, len(table)
-
-
-def __getattr__(name: str):
-    """The automata-lib bridge lives in :mod:`.nfa_automata_lib` (imported on first use)."""
-    if name in ("to_automata_lib", "from_automata_lib"):
-        from . import nfa_automata_lib
-
-        return getattr(nfa_automata_lib, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

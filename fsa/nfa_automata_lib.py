@@ -1,6 +1,6 @@
 """Bridge to the automata-lib package (tests and benchmarks only): a :class:`~.nfa.ByteNFA`
 as an automata-lib ``NFA``/``DFA`` whose input symbols are one-character strings ``chr(b)``, and
-back.  Also reachable as ``tractable.fsa.nfa.to_automata_lib`` / ``from_automata_lib``."""
+back.  (It depends on :mod:`.nfa`; :mod:`.nfa` does not depend on it.)"""
 
 from __future__ import annotations
 

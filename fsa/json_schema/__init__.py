@@ -28,10 +28,10 @@ Canonical serialization (what :func:`serialize_instance` writes and the automato
   control byte on an edge becomes its escape sequence — exact, because those characters are
   single ASCII bytes that never occur inside a multi-byte UTF-8 sequence.  A ``pattern`` is
   ECMA-262 with search semantics, translated to Python ``re`` (:func:`_ecma_to_python`); its
-  lookahead and lookbehind are compiled exactly (:mod:`.regex_lookaround`; lookbehind must be
+  lookahead and lookbehind are compiled exactly (:mod:`..regex.lookaround`; lookbehind must be
   fixed-width, as in ``re``).
 * Numbers: canonical decimals without exponent (``1.0`` → ``1``, ``1e-05`` → ``0.00001``; see
-  :mod:`.json_formats`).  ``integer`` is "a number with zero fractional part", so ``1.0`` *is* an
+  :mod:`.formats`).  ``integer`` is "a number with zero fractional part", so ``1.0`` *is* an
   integer and is written ``1``.
 * Object keys: with ``property_order="schema"`` (default), the declared properties in schema order
   (``properties`` of the merged conjunction in order of first appearance, then keys that are only
@@ -46,11 +46,11 @@ Every serialization (``canonical=False``)
   whitespace loop, so a walk within the budget still always closes the value.
 * Strings: every character raw (where JSON allows) or escaped in every way RFC 8259 allows
   (``\\/``, ``\\uXXXX`` in either case, surrogate pairs), by the exact transduction of
-  :mod:`.json_strings` applied to each canonical string leaf; ``minLength``/``maxLength``,
+  :mod:`.string_spellings` applied to each canonical string leaf; ``minLength``/``maxLength``,
   ``pattern``, ``format``, ``enum``/``const`` and property names apply to the decoded string.
   Lone surrogates (``"\\ud800"``) are not generated.
 * Numbers: every spelling (fraction, trailing zeros, exponent, ``-0``) with bounds,
-  ``integer`` and ``multipleOf`` decided on the value (:mod:`.json_numbers`); where the
+  ``integer`` and ``multipleOf`` decided on the value (:mod:`.number_spellings`); where the
   exponent can change the verdict its value is bounded by ``max_exponent`` (a documented
   subset: ``1e-05`` and ``2.5e3`` are generated, ``1e-99`` under ``maximum: 1`` is not).
 * Everything else (keyword semantics, property order) is as below: the canonical automaton is
@@ -97,7 +97,7 @@ Semantics of keywords
   no exact form).
 * ``$ref`` resolves against ``$id`` base URIs, to JSON pointers and anchors, in the schema or
   in the documents of ``registry`` (a ``referencing.Registry`` or a mapping URI -> schema;
-  never the network): :mod:`.json_refs`.  Recursive ``$ref`` (also through other documents) is
+  never the network): :mod:`.refs`.  Recursive ``$ref`` (also through other documents) is
   unrolled ``max_recursion_depth`` times; deeper occurrences are dropped (the automaton accepts
   a *subset*: instances nested deeper are not generated), with a warning.
 * Unconstrained values (``true``, open ``additionalProperties``/``items``) are any JSON with
@@ -231,7 +231,7 @@ def json_schema_to_nfa(
             valid instance (see "Every serialization" in the module docstring).
         max_exponent: where a number's exponent can change whether its value is valid
             (bounds, ``integer``, ``multipleOf``), exponents up to this absolute value are
-            generated (a documented subset; :mod:`.json_numbers`).
+            generated (a documented subset; :mod:`.number_spellings`).
         whitespace: ``"any"`` (RFC 8259: ``[ \\t\\n\\r]*`` in every gap and around the
             value; the default with ``canonical=False``), ``"compact"`` (no whitespace; the
             default with ``canonical=True``) or ``"flexible"`` (up to ``max_whitespace``
@@ -367,7 +367,7 @@ def compile_json_schema(
         "truncated_refs": sorted(comp.truncated),
     }
     if getattr(comp, "marked", False):  # uniqueItems checked at token level
-        from ..unique_items import UniqueItemsAutomaton
+        from .unique_items import UniqueItemsAutomaton
 
         return UniqueItemsAutomaton.from_marked_nfa(nfa, vocab, meta)
     return TokenAutomaton.from_byte_nfa(nfa, vocab, meta=meta)

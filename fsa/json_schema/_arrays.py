@@ -1,15 +1,15 @@
 """Arrays: the compiler's :class:`_ArraysMixin` (``prefixItems``/``items``, Draft 4-7
 ``items``/``additionalItems``, ``minItems``/``maxItems``, ``contains``/``minContains``; the
-``uniqueItems`` hook of :mod:`..unique_compile`)."""
+``uniqueItems`` hook of :mod:`.unique_compile`)."""
 
 from __future__ import annotations
 
 from ..errors import UnsupportedSchemaError
 from ..nfa import ByteNFA
-from ..unique_compile import unique_array
 from ._automata import _is_empty, _wrapped
 from ._base import _CompilerBase
 from ._nodes import _ptr
+from .unique_compile import unique_array
 
 
 class _ArraysMixin(_CompilerBase):
@@ -19,7 +19,7 @@ class _ArraysMixin(_CompilerBase):
         """Arrays: explicit positions 0..N-1 (prefixItems, minItems, or all of maxItems), then a
         loop of ``items`` when unbounded; ``contains``/``minContains`` add a saturating count of
         matching elements (each element is nondeterministically "counted" or not)."""
-        from ..json_formats import _Builder
+        from .formats import _Builder
 
         lo, hi = 0, None
         per_node = []

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..json_refs import RefResolver
 from ..nfa import ByteNFA
 from ._nodes import _Leaf
+from .refs import RefResolver
 
 
 class _CompilerBase:
     """Attributes shared by the mixins of :class:`~.JsonSchemaCompiler` (declared here, set by
-    its ``__init__``).  :func:`~.compile_json_schema` and :mod:`..unique_compile` may also set
+    its ``__init__``).  :func:`~.compile_json_schema` and :mod:`.unique_compile` may also set
     ``unique_items`` and ``marked`` (read with ``getattr``: absent means False)."""
 
     #: the root schema (a dict or a boolean)

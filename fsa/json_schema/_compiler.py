@@ -12,7 +12,6 @@ from typing import Any
 
 from .. import nfa as N
 from ..errors import InvalidArgumentError, InvalidSchemaError, UnsupportedSchemaError
-from ..json_refs import RefResolver
 from ..nfa import ByteNFA
 from ..nfa_subsets import merge_parallel
 from ._arrays import _ArraysMixin
@@ -50,6 +49,7 @@ from ._objects import _ObjectsMixin
 from ._serialize import _SerializeMixin
 from ._strings import _StringsMixin
 from ._values import _ValuesMixin
+from .refs import RefResolver
 
 #: A value automaton built for one use is left raw: ``build`` finalizes everything around it
 #: in one pass (finalizing each nested part as it was built re-walked inner states once per
@@ -282,7 +282,7 @@ class JsonSchemaCompiler(
             import jsonschema
             from jsonschema.validators import validator_for
 
-            from ..json_refs import jsonschema_registry
+            from .refs import jsonschema_registry
 
             cls = validator_for(self.root, default=jsonschema.Draft202012Validator)
             v = self._jsv = cls(self.root, format_checker=cls.FORMAT_CHECKER,
@@ -300,7 +300,7 @@ class JsonSchemaCompiler(
 
     def _resolve(self, ref: str, pointer: str) -> tuple[Any, str]:
         """The node the ``$ref`` ``ref`` at ``pointer`` names and its pointer (``#/...`` in the
-        root schema, ``<URI>#/...`` in a registry document): see :mod:`.json_refs`.  Raises
+        root schema, ``<URI>#/...`` in a registry document): see :mod:`.refs`.  Raises
         :class:`~.errors.UnresolvedReferenceError` for a document not in the registry."""
         return self._refs.resolve(ref, pointer)
 

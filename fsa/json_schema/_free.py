@@ -5,11 +5,11 @@ the values of unlisted properties)."""
 from __future__ import annotations
 
 from .. import nfa as N
-from ..json_formats import number_nfa
 from ._base import _CompilerBase
 from ._cache import _cached, _share
 from ._nodes import _Leaf
 from ._strings import _BODY, _QUOTE
+from .formats import number_nfa
 
 
 class _FreeValuesMixin(_CompilerBase):
@@ -23,7 +23,7 @@ class _FreeValuesMixin(_CompilerBase):
         hit = _cached(key)
         if hit is not None:
             return hit
-        from ..json_formats import _Builder
+        from .formats import _Builder
 
         string = self._spell(N.concat(_QUOTE, _BODY, _QUOTE))
         parts = {

@@ -8,11 +8,11 @@ from typing import Any
 
 from .. import nfa as N
 from ..errors import InvalidSchemaError
-from ..unique_compile import demark
 from ._automata import _has_byte, _is_empty, _may_hold_object
 from ._base import _CompilerBase
 from ._constants import _ANNOTATIONS, _SUPPORTED, _UNSUPPORTED, MAX_COMBINATIONS
 from ._nodes import _Leaf, _NoNegation, _ptr, _Synth
+from .unique_compile import demark
 
 
 class _LogicMixin(_CompilerBase):

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidSchemaError
-from ..json_formats import FORMATS
 from ._base import _CompilerBase
 from ._constants import _ALL_TYPES, _CHECKED_FORMATS, _SUPPORTED, _TYPE_MAP, _UNSUPPORTED
 from ._nodes import _NoNegation, _ptr, _Synth
+from .formats import FORMATS
 
 
 class _NegationMixin(_CompilerBase):

@@ -1,6 +1,6 @@
 """JSON numbers: the compiler's :class:`_NumbersMixin` (``minimum``/``maximum`` and their
-exclusive forms, ``multipleOf``, ``integer``; canonical decimals from :mod:`..json_formats`,
-every spelling from :mod:`..json_numbers`), and the spellings of non-integral numbers."""
+exclusive forms, ``multipleOf``, ``integer``; canonical decimals from :mod:`.formats`,
+every spelling from :mod:`.number_spellings`), and the spellings of non-integral numbers."""
 
 from __future__ import annotations
 
@@ -8,26 +8,26 @@ from decimal import Decimal
 
 from .. import nfa as N
 from ..errors import InvalidSchemaError
-from ..json_formats import multiple_of, number_nfa, number_range
-from ..json_numbers import MAX_NUMBER_STATES, number_language
 from ..nfa import ByteNFA
 from ._automata import _ALL_BYTES
 from ._base import _CompilerBase
 from ._cache import _cached, _share
 from ._nodes import _ptr
 from ._strings import _complement_content
+from .formats import multiple_of, number_nfa, number_range
+from .number_spellings import MAX_NUMBER_STATES, number_language
 
 #: Key bytes: the canonical numbers with a fractional part are those containing ``.``.
 _HAS_DOT = ByteNFA(2, 0, frozenset({1}), ((0, _ALL_BYTES & ~(1 << 0x2E), 0), (0, 1 << 0x2E, 1),
                                           (1, _ALL_BYTES, 1)))
 
 
-#: The exponent bound :func:`~.json_numbers.number_language` uses for ``integer`` by default.
+#: The exponent bound :func:`~.number_spellings.number_language` uses for ``integer`` by default.
 _INTEGER_MAX_EXPONENT = 16
 
 
 def _bounded_numbers(max_exponent: int) -> ByteNFA:
-    """The number spellings :func:`~.json_numbers.number_language` can generate for
+    """The number spellings :func:`~.number_spellings.number_language` can generate for
     ``integer`` with this exponent bound: a zero mantissa with any exponent, a scientific
     mantissa (one nonzero integer digit) with an exponent of value at most ``max_exponent``,
     any other mantissa with an exponent of value 0.  A complement of number spellings is
@@ -70,7 +70,7 @@ class _NumbersMixin(_CompilerBase):
         return self._numbers(d, False, d, False)
 
     def _numbers(self, lower, lstrict, upper, ustrict, integer=False, mults=()) -> ByteNFA | None:
-        """:func:`~.json_numbers.number_language` with this compiler's exponent bound, shared
+        """:func:`~.number_spellings.number_language` with this compiler's exponent bound, shared
         by all compilers (None: too large)."""
         key = ("numbers", lower, lstrict, upper, ustrict, integer, tuple(sorted(mults)),
                self.max_exponent)

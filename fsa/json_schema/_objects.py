@@ -234,9 +234,9 @@ class _ObjectsMixin(_CompilerBase):
         tracked only as far as min/maxProperties need (c saturates at max(1, minProperties)
         without a maximum) and the witnesses w written so far (accepting: w == wfull).  Each
         slot and the additional properties come as variants (key:value automaton, or its
-        pieces for :meth:`~.json_formats._Builder.embed`; witness bits); without witnesses, one
+        pieces for :meth:`~.formats._Builder.embed`; witness bits); without witnesses, one
         variant each."""
-        from ..json_formats import _Builder
+        from .formats import _Builder
 
         K = hi_p if hi_p is not None else max(1, lo_p)
 
@@ -305,7 +305,7 @@ class _ObjectsMixin(_CompilerBase):
         """Declared properties in any order, each at most once; additional properties anywhere.
         States: (subset of declared properties written, count) — exponential in the number of
         declared properties, so refused above :data:`MAX_ANY_ORDER_PROPERTIES`."""
-        from ..json_formats import _Builder
+        from .formats import _Builder
 
         n = len(slots)
         if n > MAX_ANY_ORDER_PROPERTIES:

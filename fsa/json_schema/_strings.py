@@ -8,8 +8,6 @@ from __future__ import annotations
 import re
 
 from .. import nfa as N
-from ..json_formats import FORMATS, format_nfa
-from ..json_strings import all_spellings
 from ..nfa import ByteNFA
 from ._automata import _is_empty, _trie
 from ._base import _CompilerBase
@@ -17,6 +15,8 @@ from ._cache import _cached, _share
 from ._constants import _CHECKED_FORMATS, MAX_COMPLEMENT_STATES
 from ._ecma import _ecma_to_python
 from ._nodes import _ptr, _Synth
+from .formats import FORMATS, format_nfa
+from .string_spellings import all_spellings
 
 _RAW_RANGES = [(0x20, 0x21), (0x23, 0x5B), (0x5D, N.MAX_CODEPOINT)]
 _SPECIAL_BYTES = list(range(0x20)) + [0x22, 0x5C]

@@ -11,13 +11,13 @@ from typing import Any
 
 from .. import nfa as N
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnsupportedSchemaError
-from ..json_formats import canonical_number, to_decimal
 from ..nfa import ByteNFA
 from ._automata import _is_empty, _not_literals
 from ._base import _CompilerBase
 from ._constants import _ANNOTATIONS, MAX_COMPLEMENT_STATES
 from ._nodes import _Leaf, _Synth
 from ._strings import _complement_content
+from .formats import canonical_number, to_decimal
 
 
 def _json_str(s: str) -> str:

@@ -14,6 +14,7 @@ import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tractable.fsa import nfa as N
+from tractable.fsa import nfa_automata_lib as NA
 
 ALPHABET = "abc"
 # strings over the pattern alphabet plus one byte no pattern uses
@@ -331,15 +332,15 @@ def test_codepoints_edge_cases():
 def test_automata_lib_round_trip(case):
     a, pattern = case
     want = _ref(pattern)
-    fa = N.to_automata_lib(a)
+    fa = NA.to_automata_lib(a)
     assert [fa.accepts_input(s) for s in STRINGS] == want
-    back = N.from_automata_lib(fa)
+    back = NA.from_automata_lib(fa)
     assert _lang(back) == want
     f = N.finalize(a)
     if f.num_states <= 12:
-        dfa = N.to_automata_lib(a, deterministic=True)
+        dfa = NA.to_automata_lib(a, deterministic=True)
         assert [dfa.accepts_input(s) for s in STRINGS] == want
-        assert _lang(N.from_automata_lib(dfa)) == want
+        assert _lang(NA.from_automata_lib(dfa)) == want
 
 
 def test_from_automata_lib_native_objects():
@@ -347,18 +348,18 @@ def test_from_automata_lib_native_objects():
     from automata.fa.nfa import NFA
 
     nfa = NFA.from_regex("a(b|c)*a?", input_symbols=set(ALPHABET))
-    assert _lang(N.from_automata_lib(nfa)) == _ref("a(?:b|c)*a?")
+    assert _lang(NA.from_automata_lib(nfa)) == _ref("a(?:b|c)*a?")
     # epsilon moves and multi-byte symbols (read as their UTF-8 bytes)
     nfa2 = NFA(states={"p", "q", "r"}, input_symbols={"é", "a"},
                transitions={"p": {"": {"q"}, "a": {"p"}}, "q": {"é": {"r"}}, "r": {}},
                initial_state="p", final_states={"r"})
-    b = N.from_automata_lib(nfa2)
+    b = NA.from_automata_lib(nfa2)
     assert N.matches(b, "aaé".encode()) and N.matches(b, "é".encode())
     assert not N.matches(b, b"a") and N.matches(b, b"a\xc3", partial=True)
     dfa = DFA(states={0, 1}, input_symbols={"a", "b"},
               transitions={0: {"a": 1, "b": 0}, 1: {"a": 0, "b": 1}},
               initial_state=0, final_states={1})
-    assert _lang(N.from_automata_lib(dfa)) == _ref("b*a(?:b|ab*a)*")
+    assert _lang(NA.from_automata_lib(dfa)) == _ref("b*a(?:b|ab*a)*")
 
 
 def _round_based_reduce_size(t: N.ByteNFA) -> int:

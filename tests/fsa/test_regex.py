@@ -317,7 +317,7 @@ def test_lookaround_hypothesis_against_re(pattern):
 def test_lookaround_state_limit_names_construct_position_and_count(monkeypatch):
     """Deciding a negative lookahead is a subset construction: ``[ab]*a[ab]{12}`` needs 2^13
     subsets, refused (typed, with the position) above the limit instead of approximated."""
-    from tractable.fsa import regex_lookaround as RL
+    from tractable.fsa.regex import lookaround as RL
 
     pattern = r"x(?=[ab])(?<=x)(?![ab]*a[ab]{12})[ab]*"
     monkeypatch.setattr(RL, "MAX_LOOKAROUND_STATES", 1000)

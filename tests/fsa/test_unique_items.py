@@ -1,7 +1,7 @@
 """JSON Schema ``uniqueItems: true``, enforced exactly: the exact (regular) route for small item
-domains and the token-level checker (:mod:`tractable.fsa.unique_items`) for the rest, checked
-against ``jsonschema`` on texts, GCD random walks, brute-force masks on a tiny vocabulary,
-batched state reordering, the logits processor and SMC."""
+domains and the token-level checker (:mod:`tractable.fsa.json_schema.unique_items`) for the
+rest, checked against ``jsonschema`` on texts, GCD random walks, brute-force masks on a tiny
+vocabulary, batched state reordering, the logits processor and SMC."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from tractable.decode.lm import TableLM
 from tractable.decode.processor import gcd_logits_processor
 from tractable.decode.smc import smc
 from tractable.decode.unique_constraint import UniqueItemsConstraint
-from tractable.fsa import json_scan as J
 from tractable.fsa.automaton import TokenAutomaton
 from tractable.fsa.errors import EmptyLanguageError, UnsupportedSchemaError
-from tractable.fsa.json_scan import value_key
 from tractable.fsa.json_schema import compile_json_schema, json_schema_to_nfa
-from tractable.fsa.unique_items import (
+from tractable.fsa.json_schema import scan as J
+from tractable.fsa.json_schema.scan import value_key
+from tractable.fsa.json_schema.unique_items import (
     UniqueItemsAutomaton,
     UniqueItemsDeadEndError,
     UniqueItemsState,

@@ -383,8 +383,8 @@ def evaluate_record(rec: dict, samples: int, seed: int = 0, *, styles: bool = Fa
 
 
 #: Test-suite cases where the compiler is knowingly a strict *subset* (valid instance
-#: rejected), each documented in tractable.fsa.json_formats: leap seconds only at 23:59:60 UTC,
-#: IDNA A-labels (xn--) refused by the hostname automaton.
+#: rejected), each documented in tractable.fsa.json_schema.formats: leap seconds only at
+#: 23:59:60 UTC, IDNA A-labels (xn--) refused by the hostname automaton.
 KNOWN_FALSE_NEGATIVES = {
     ("format:date-time", "a valid date-time with a leap second, with minus offset"),
     ("format:time", "valid leap second, positive time-offset"),

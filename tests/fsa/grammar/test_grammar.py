@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from tractable.fsa import nfa as N
+from tractable.fsa import nfa_automata_lib as NA
 from tractable.fsa.errors import EmptyLanguageError, GrammarError
 
 from tractable.grammar import (
@@ -415,7 +416,7 @@ def test_subset_construction_matches_automata_lib(name, mode):
     nfa = _under(_read(name), 1) if mode == "under" else grammar_to_nfa(_read(name))
     d = subset_construction(nfa)
     assert d.finished and d.reason == ""
-    al = N.to_automata_lib(nfa)
+    al = NA.to_automata_lib(nfa)
     assert d.num_states == _live_states(DFA.from_nfa(al, minify=False))
     assert d.minimal_states == _live_states(DFA.from_nfa(al))
     rng = random.Random(0)

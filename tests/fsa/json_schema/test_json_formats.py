@@ -10,9 +10,9 @@ import random
 import jsonschema
 import pytest
 from tractable.fsa import nfa as N
-from tractable.fsa.json_formats import FORMATS, format_nfa
-from tractable.fsa.json_formats_regex import REGEX_MAX_DEPTH
 from tractable.fsa.json_schema import compile_json_schema, serialize_instance
+from tractable.fsa.json_schema.formats import FORMATS, format_nfa
+from tractable.fsa.json_schema.formats_regex import REGEX_MAX_DEPTH
 
 from tractable.testing.json_schema import PathSampler
 

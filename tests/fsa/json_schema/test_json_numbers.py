@@ -1,4 +1,4 @@
-"""JSON number spellings constrained by value (:mod:`tractable.fsa.json_numbers`).
+"""JSON number spellings constrained by value (:mod:`tractable.fsa.json_schema.number_spellings`).
 
 Brute force: every RFC 8259 spelling up to 7 bytes over the digits 0 1 2 5 (and every one up to
 4 bytes over all digits, both exponent letters) against a :class:`~decimal.Decimal` /
@@ -21,8 +21,8 @@ from functools import cache
 
 import pytest
 from tractable.fsa import nfa as N
-from tractable.fsa.json_formats import number_range
-from tractable.fsa.json_numbers import (
+from tractable.fsa.json_schema.formats import number_range
+from tractable.fsa.json_schema.number_spellings import (
     DEFAULT_MAX_EXPONENT,
     DEFAULT_MAX_EXPONENT_MULTIPLE,
     MAX_NUMBER_STATES,
@@ -74,7 +74,7 @@ def corpus() -> tuple:
 
 
 def expected(row, lo, ls, hi, us, integer, mults, E, E0) -> bool:
-    """The documented language (module docstring of json_numbers), computed on values."""
+    """The documented language (module docstring of number_spellings), computed on values."""
     s, v, zero, neg, sci, e = row
     ms = list(mults) + ([D(1)] if integer else [])
     if abs(e) > (E if sci else E0) and not zero:

@@ -13,12 +13,12 @@ import jsonschema
 import pytest
 from tractable.fsa import nfa as N
 from tractable.fsa.errors import InvalidSchemaError, UnsupportedSchemaError
-from tractable.fsa.json_formats import canonical_number, multiple_of, number_range
 from tractable.fsa.json_schema import (
     compile_json_schema,
     json_schema_to_nfa,
     serialize_instance,
 )
+from tractable.fsa.json_schema.formats import canonical_number, multiple_of, number_range
 from tractable.fsa.vocabulary import TokenVocabulary
 
 from tractable.testing.json_schema import PathSampler, check_instance_text

@@ -15,7 +15,7 @@ import torch
 from tractable.fsa import json_schema as J
 from tractable.fsa import nfa as N
 from tractable.fsa.json_schema import compile_json_schema, json_schema_to_nfa, serialize_instance
-from tractable.fsa.json_strings import all_spellings, hex4
+from tractable.fsa.json_schema.string_spellings import all_spellings, hex4
 from tractable.fsa.regex import regex_to_nfa
 
 from tractable.testing.json_schema import PathSampler, check_instance_text

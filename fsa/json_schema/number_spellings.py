@@ -62,7 +62,7 @@ constraint 9/17 [13/23]; ``minimum 0`` 12/21 [6/10]; ``minimum 1`` 18/37 [8/12];
 0..1000 53/110 [12/18]; ``exclusiveMinimum 0.5`` 30/69 [11/18]; integer 95/201 [6/8];
 ``multipleOf 7`` 203/1143 [18/122].
 
-``canonical=True`` returns the canonical language of :mod:`.json_formats` instead (one spelling
+``canonical=True`` returns the canonical language of :mod:`.formats` instead (one spelling
 per value, no exponent).
 """
 
@@ -72,9 +72,9 @@ import math
 from collections.abc import Iterable
 from decimal import Decimal
 
-from .errors import InvalidArgumentError
-from .json_formats import multiple_of, number_nfa, number_range
-from .nfa import ByteNFA, finalize, intersect
+from ..errors import InvalidArgumentError
+from ..nfa import ByteNFA, finalize, intersect
+from .formats import multiple_of, number_nfa, number_range
 
 __all__ = [
     "DEFAULT_MAX_EXPONENT",
@@ -532,13 +532,13 @@ def number_language(
     ``integer``/``multipleOf``) after a scientific mantissa (``[1-9](.[0-9]+)?``) and within
     ``nonscientific_max_exponent`` (None: ``max_exponent``) after another, and of any exponent
     where it cannot change the verdict; see the module docstring.  ``canonical=True``: the
-    canonical language of :mod:`.json_formats` (:func:`~.json_formats.number_range` intersected
-    with :func:`~.json_formats.multiple_of`) instead, the exponent bounds unused.
+    canonical language of :mod:`.formats` (:func:`~.formats.number_range` intersected
+    with :func:`~.formats.multiple_of`) instead, the exponent bounds unused.
 
     Returns None when the automaton would be too large: more than :data:`MAX_NUMBER_STATES`
     mantissa-tracker states (about ``P * (max_exponent + D)`` for ``multipleOf P * 10**-D``,
     several divisors combined into their least common multiple), or, with ``canonical``, when
-    :func:`~.json_formats.multiple_of` returns None (``P * (2 D + 1) > 20000``).
+    :func:`~.formats.multiple_of` returns None (``P * (2 D + 1) > 20000``).
     """
     multiples = list(multiples)
     for what, d in (("lower", lower), ("upper", upper)):

@@ -24,7 +24,7 @@ compile to bit-identical automata).  Otherwise, one of two routes, chosen per ar
   token automaton is lifted from that (the language without uniqueness), and
   :mod:`.unique_items` reads the marked NFA to know, state by state and byte by byte, where a
   unique array opens, where an item ends and where the array closes.  The compiler sets
-  ``marked = True``; only :func:`~.json_schema.compile_json_schema` (which sets
+  ``marked = True``; only :func:`~.compile_json_schema` (which sets
   ``unique_items = True`` on its compiler) accepts marked arrays:
   :func:`~.json_schema.json_schema_to_nfa` (a byte NFA: regular languages only) raises
   :class:`~.errors.UnsupportedSchemaError` for them, as before.
@@ -41,10 +41,10 @@ from __future__ import annotations
 import json
 import math
 
-from . import nfa as N
-from .errors import InvalidArgumentError
-from .json_scan import value_key
-from .nfa import ByteNFA
+from .. import nfa as N
+from ..errors import InvalidArgumentError
+from ..nfa import ByteNFA
+from .scan import value_key
 
 __all__ = [
     "OPEN", "SEP", "CLOSE", "MARKERS", "REAL_BYTE", "MAX_EXACT_VALUES", "MAX_EXACT_COPIES",
@@ -144,7 +144,7 @@ def unique_array(comp, flat, lo: int, hi: int | None, P: int, contains: bool, el
 
     Raises:
         UnsupportedSchemaError: the checker route is needed but the compiler was not created by
-            :func:`~.json_schema.compile_json_schema` (``unique_items`` unset), or the array's
+            :func:`~.compile_json_schema` (``unique_items`` unset), or the array's
             values are also excluded by a ``not``/``enum`` (pointer of ``uniqueItems``).
     """
     ptr = None
@@ -212,7 +212,8 @@ def finite_values(comp, items, stack) -> list | None:
     range of at most :data:`MAX_INT_SPAN` values) and number at most
     :data:`MAX_EXACT_VALUES`; else None.  Every candidate is checked with ``jsonschema``
     against each conjunct (so ``minimum``, ``multipleOf``, ``not`` ... all apply)."""
-    from .json_schema import _enum_values, _Synth
+    from ._nodes import _Synth
+    from ._values import _enum_values
 
     ex = comp._expand(items, stack)
     if ex is None:
@@ -270,8 +271,8 @@ def _copies(K: int, lo: int, hi: int | None) -> int:
 
 def _exact_array(comp, items, lo: int, hi: int | None, stack) -> ByteNFA | None:
     """The exact automaton of arrays of distinct values of ``items`` (None: not this route)."""
-    from .json_formats import _Builder
-    from .json_schema import _wrapped
+    from ._automata import _wrapped
+    from .formats import _Builder
 
     values = finite_values(comp, items, stack)
     if values is None or _copies(len(values), lo, hi) > MAX_EXACT_COPIES:

@@ -19,27 +19,27 @@ array of the same shape keeps two sets of states, and only the unique one is che
 Per-request state (:class:`UniqueItemsState`, an :class:`~.state.AutomatonState` whose
 ``active`` rows are the union below, so the automaton's own masks and ``is_accepting`` apply):
 per row, the emitted bytes since the oldest open unique item, a JSON scanner state
-(:mod:`.json_scan`: container stack, in-string) and a tuple of *configurations*
+(:mod:`.scan`: container stack, in-string) and a tuple of *configurations*
 ``(frames, set id)``: a set of token states that agree on the open unique arrays (``frames``:
 per array its depth, the keys of its completed items and where its current item starts).
 A token is read per configuration:
 
 * no ``[`` in the token (the common case): the scanner's separator / close events at a frame's
-  depth complete that frame's item (its value key, :func:`~.json_scan.value_key`, must be new),
+  depth complete that frame's item (its value key, :func:`~.scan.value_key`, must be new),
   and the set advances by the automaton's own cached step;
 * a ``[`` in the token: the marked NFA is simulated byte by byte from each state, so the paths
   that open a unique array (a marker edge) push a frame and the others do not.
 
 A configuration also dies when its innermost frame's current item is *committed* to a
 duplicate: a complete string / object / array, or a prefix of ``true``/``false``/``null``
-(:func:`~.json_scan.committed_key`), waiting only for its separator.
+(:func:`~.scan.committed_key`), waiting only for its separator.
 
 Masks
 -----
 ``allowed_packed`` starts from the automaton's mask (the same cached rows; no per-history data
 ever goes into those caches) and re-checks only *candidates*: allowed tokens that, read from
 the row's scanner mode, contain a byte where an item can end or commit
-(:func:`~.json_scan.token_tables`), and only in rows with an open unique array (or, for tokens
+(:func:`~.scan.token_tables`), and only in rows with an open unique array (or, for tokens
 that may open one, the tokens with a ``[``).  A candidate stays allowed iff some configuration
 survives it and (``"gcd"``) reaches a state within ``remaining - 1`` tokens of acceptance.
 Rows with no open unique array and tokens that cannot end an item cost nothing extra.
@@ -77,9 +77,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from . import json_scan as J
-from .errors import InvalidArgumentError, TractableError
-from .state import AutomatonState, _remaining_list
+from ..errors import InvalidArgumentError, TractableError
+from ..state import AutomatonState, _remaining_list
+from . import scan as J
 from .unique_compile import CLOSE, MARKERS, OPEN, SEP, lift_view
 
 __all__ = ["UniqueItemsAutomaton", "UniqueItemsState", "UniqueItemsDeadEndError"]
@@ -156,7 +156,7 @@ class UniqueItemsAutomaton:
     :func:`tractable.smc` and the samplers.  ``automaton`` is the underlying
     :class:`~.automaton.TokenAutomaton` (its language ignores uniqueness).
 
-    Build with :func:`~.json_schema.compile_json_schema` (or :meth:`from_marked_nfa`).
+    Build with :func:`~.compile_json_schema` (or :meth:`from_marked_nfa`).
     """
 
     def __init__(self, automaton, marked, vocab):
@@ -186,7 +186,7 @@ class UniqueItemsAutomaton:
         Raises:
             EmptyLanguageError: no token sequence is accepted (even without uniqueness).
         """
-        from .automaton import TokenAutomaton
+        from ..automaton import TokenAutomaton
 
         meta = dict(meta or {})
         meta["unique_items"] = "checker"
@@ -249,7 +249,7 @@ class UniqueItemsAutomaton:
     def as_constraint(self):
         """This automaton as a :class:`~tractable.decode.constraints.Constraint` (SMC, AWRS,
         CARS): :func:`~tractable.decode.constraints.as_constraint` calls this."""
-        from ..decode.unique_constraint import UniqueItemsConstraint
+        from ...decode.unique_constraint import UniqueItemsConstraint
 
         return UniqueItemsConstraint(self)
 
@@ -530,7 +530,7 @@ class UniqueItemsAutomaton:
     def allowed(self, st: UniqueItemsState, remaining, mode: str = "gcd", *,
                 on_unsatisfiable: str = "raise") -> torch.Tensor:
         """bool [B, V]: the unpacked :meth:`allowed_packed`."""
-        from .automaton import unpack_bits
+        from ..automaton import unpack_bits
 
         packed = self.allowed_packed(st, remaining, mode, on_unsatisfiable=on_unsatisfiable)
         return unpack_bits(packed, self.vocab_size).to(

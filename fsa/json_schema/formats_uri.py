@@ -2,7 +2,7 @@
 
 IP addresses (RFC 3986 ``IPv4address`` / ``IPv6address``), URIs and URI references (RFC 3986),
 IRIs and IRI references (RFC 3987) and URI templates (RFC 6570): all of them regular, built from
-the :mod:`.nfa` combinators.  :mod:`.json_formats` lists them in ``FORMATS`` and documents, per
+the :mod:`.nfa` combinators.  :mod:`.formats` lists them in ``FORMATS`` and documents, per
 format, where an automaton is a *subset* of its RFC; the subsets are exactly what the checkers
 ``jsonschema`` uses (``rfc3986-validator``, ``rfc3987-syntax``, ``uri-template``) reject of the
 RFC languages, so that no accepted string fails a format-checking validator.
@@ -13,7 +13,7 @@ formats contains ``"``, ``\\`` or a control character.
 
 from __future__ import annotations
 
-from .nfa import (
+from ..nfa import (
     ByteNFA,
     byteset,
     codepoints,

@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import functools
 
-from . import nfa as N
-from .errors import InvalidArgumentError
-from .nfa import ByteNFA
+from .. import nfa as N
+from ..errors import InvalidArgumentError
+from ..nfa import ByteNFA
 
 __all__ = ["all_spellings", "hex4"]
 

@@ -44,8 +44,8 @@ lookbehind the whole prefix.  Patterns that have one take a second path (pattern
 the automaton described above, edge for edge): the pattern is compiled with a marker edge at
 each lookaround (anchors become lookarounds there too), then multiplied by the automaton that
 checks every marker's condition, tracking the *set* of runs where a negation needs it (a subset
-construction) — see :mod:`.regex_lookaround`.  Only its size is limited
-(:data:`~.regex_lookaround.MAX_LOOKAROUND_STATES` states, else :class:`UnsupportedRegexError`
+construction) — see :mod:`.lookaround`.  Only its size is limited
+(:data:`~.lookaround.MAX_LOOKAROUND_STATES` states, else :class:`UnsupportedRegexError`
 naming the lookaround and its position).  Variable-width lookbehind is an
 :class:`InvalidRegexError`, as in ``re``.  ``lookaround=False`` refuses lookaround, for patterns
 that are pieces of a longer text (grammar terminals).
@@ -69,17 +69,17 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import nfa as N
-from .automaton import TokenAutomaton
-from .errors import (
+from .. import nfa as N
+from ..automaton import TokenAutomaton
+from ..errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvalidRegexError,
     UnsupportedRegexError,
 )
-from .nfa import ByteNFA
-from .regex_lookaround import MARKER_SHIFT, Lookaround, lookaround_product
-from .vocabulary import TokenVocabulary, require_vocabulary
+from ..nfa import ByteNFA
+from ..vocabulary import TokenVocabulary, require_vocabulary
+from .lookaround import MARKER_SHIFT, Lookaround, lookaround_product
 
 try:  # Python >= 3.11
     from re import _constants as _C
@@ -700,7 +700,7 @@ def regex_to_nfa(
     Raises:
         InvalidRegexError: ``re`` rejects the pattern (message and position from ``re``).
         UnsupportedRegexError: a non-regular or unsupported construct, or a lookaround whose
-            exact automaton exceeds :data:`~.regex_lookaround.MAX_LOOKAROUND_STATES`, with its
+            exact automaton exceeds :data:`~.lookaround.MAX_LOOKAROUND_STATES`, with its
             position; a pattern estimated over ``max_states`` states (what, the estimate,
             the position of its largest part).
     """

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
-from .errors import InvalidSchemaError, UnresolvedReferenceError
+from ..errors import InvalidSchemaError, UnresolvedReferenceError
 
 __all__ = ["RefResolver", "jsonschema_registry"]
 

@@ -1,6 +1,6 @@
-"""Lookahead and lookbehind, compiled exactly (used by :mod:`.regex` for patterns that have them).
+"""Lookahead and lookbehind, compiled exactly (used by :mod:`.compile` for patterns that have them).
 
-The pattern is first compiled by :mod:`.regex` with a *marker* edge (bit ``MARKER_SHIFT + k``
+The pattern is first compiled by :mod:`.compile` with a *marker* edge (bit ``MARKER_SHIFT + k``
 above the 256 byte bits) wherever lookaround ``k`` is tested, and each body is compiled the same
 way (nested lookarounds are markers too).  Anchors other than the no-op leading ``^`` and
 trailing ``$`` become lookarounds on this path (``\\A`` = ``(?<![\\s\\S])``, ``$`` =
@@ -36,9 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product as _cartesian
 
-from . import nfa as N
-from .errors import UnsupportedRegexError
-from .nfa import ALL_BYTES, ByteNFA
+from .. import nfa as N
+from ..errors import UnsupportedRegexError
+from ..nfa import ALL_BYTES, ByteNFA
 
 __all__ = ["Lookaround", "lookaround_product", "MARKER_SHIFT", "MAX_LOOKAROUND_STATES"]
 
@@ -48,7 +48,7 @@ __all__ = ["Lookaround", "lookaround_product", "MARKER_SHIFT", "MAX_LOOKAROUND_S
 MAX_LOOKAROUND_STATES = 100_000
 
 #: Lookaround ``k`` is tested where an edge carries bit ``MARKER_SHIFT + k`` (above the byte bits
-#: and the anchor markers of :mod:`.regex`).
+#: and the anchor markers of :mod:`.compile`).
 MARKER_SHIFT = 264
 
 _EMPTY: frozenset = frozenset()

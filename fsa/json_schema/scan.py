@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgumentTypeError
+from ..errors import InvalidArgumentTypeError
 
 __all__ = [
     "OUT", "STR", "ESC", "U4", "U3", "U2", "U1", "NUM_MODES",

@@ -56,11 +56,11 @@ no accepted string fails format validation:
   ``:N`` of four digits) and the reserved operators ``= , ! @ |`` (subset).
 * ``regex`` (ECMA-262): nesting parentheses is not regular; a subset valid both as ECMA-262 (with
   or without the ``u`` flag) and for Python's ``re.compile`` (the checker): groups nested at
-  most :data:`~.json_formats_regex.REGEX_MAX_DEPTH` deep, no lookbehind, named groups or
+  most :data:`~.formats_regex.REGEX_MAX_DEPTH` deep, no lookbehind, named groups or
   backreferences, counts up to 999 with a simplified ``n <= m`` test for ``{n,m}`` (see
-  :mod:`.json_formats_regex`) (subset).
+  :mod:`.formats_regex`) (subset).
 
-The URI family is built in :mod:`.json_formats_uri`, ``regex`` in :mod:`.json_formats_regex`.
+The URI family is built in :mod:`.formats_uri`, ``regex`` in :mod:`.formats_regex`.
 """
 
 from __future__ import annotations
@@ -69,13 +69,8 @@ import math
 from decimal import Decimal
 from functools import cache
 
-from .errors import InvalidArgumentError, InvalidArgumentTypeError
-from .json_formats_regex import regex_syntax
-from .json_formats_uri import ipv4 as _ipv4
-from .json_formats_uri import ipv6 as _ipv6
-from .json_formats_uri import uri as _uri
-from .json_formats_uri import uri_template as _uri_template
-from .nfa import (
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..nfa import (
     ByteNFA,
     _start_entered,
     byteset,
@@ -91,6 +86,11 @@ from .nfa import (
     star,
     union,
 )
+from .formats_regex import regex_syntax
+from .formats_uri import ipv4 as _ipv4
+from .formats_uri import ipv6 as _ipv6
+from .formats_uri import uri as _uri
+from .formats_uri import uri_template as _uri_template
 
 __all__ = [
     "FORMATS",
@@ -610,6 +610,6 @@ FORMATS = frozenset(_BUILDERS)
 @cache
 def format_nfa(name: str) -> ByteNFA:
     """The decoded content of strings in format ``name`` (a key of :data:`FORMATS`)."""
-    from .nfa import finalize
+    from ..nfa import finalize
 
     return finalize(_BUILDERS[name]())

@@ -30,7 +30,7 @@ flag, not ``v``) and for Python's ``re.compile`` (what ``jsonschema`` checks the
 
 from __future__ import annotations
 
-from .nfa import (
+from ..nfa import (
     ByteNFA,
     byteset,
     codepoints,
