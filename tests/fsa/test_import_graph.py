@@ -47,46 +47,31 @@ def import_graph(root: Path, packages=PACKAGES) -> dict[str, set[str]]:
     return graph
 
 
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules reachable from ``start`` by one or more import edges."""
+    seen: set[str] = set()
+    todo = list(graph[start])
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph[m])
+    return seen
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan, iterative),
-    each sorted; self-imports are not edges of :func:`import_graph`."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
+    """The groups of modules that reach each other through imports (brute force: a module is on
+    a cycle iff it reaches itself), each sorted; self-imports are not edges of
+    :func:`import_graph`."""
+    reach = {m: _reachable(graph, m) for m in graph}
+    on = sorted(m for m in graph if m in reach[m])
     out: list[list[str]] = []
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on.add(root)
-        while work:
-            v, it = work[-1]
-            w = next(it, None)
-            if w is not None:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(sorted(graph[w]))))
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1:
-                    out.append(sorted(comp))
+    seen: set[str] = set()
+    for m in on:
+        if m not in seen:
+            group = sorted(n for n in on if n in reach[m] and m in reach[n])
+            seen.update(group)
+            out.append(group)
     return out
 
 
