@@ -10,7 +10,7 @@ scores them in one forward pass; the constraint must say how many of them it all
   of acceptance (``distance_to_accept() <= r - i``; LCD: only ``r - i + 1 >= 1``);
 * an EOS id: ``state_{i-1}`` is accepting and ``r - i + 1 >= 1``.  EOS ends the draft: the
   tokens after it are never accepted, and the state after it is the empty (dead) set, as
-  :meth:`~.state.MaskMixin.advance` gives.
+  :func:`tractable.fsa.masks.advance` gives.
 
 So a walk that takes the accepted prefix keeps the GCD invariant (it ends accepted within the
 budget), exactly as if each token had been sampled under its mask.

@@ -21,7 +21,7 @@ key-order-independently (duplicate keys: the last wins, as in ``json.loads``), a
 compare after decoding their escapes.
 
 :func:`token_tables` gives, per start mode, the tokens worth checking (bit-packed int32 [W]
-rows, the layout of :meth:`~.state.MaskMixin.allowed_packed`): tokens that, read from that
+rows, the layout of :func:`tractable.fsa.masks.allowed_packed`): tokens that, read from that
 mode, contain a byte at which an item may be completed or committed (a structural ``,``,
 ``]`` or ``}``, a string-closing ``"``, or a letter of ``true``/``false``/``null`` outside a
 string), and tokens that contain a structural ``[`` (may open an array).

@@ -475,7 +475,7 @@ class UniqueItemsAutomaton:
                        out: torch.Tensor | None = None,
                        on_dead_end: str = "raise",
                        on_unsatisfiable: str = "raise") -> torch.Tensor:
-        """int32 [B, ceil(V/32)]: the automaton's mask (:meth:`~.state.MaskMixin.
+        """int32 [B, ceil(V/32)]: the automaton's mask (:func:`tractable.fsa.masks.
         allowed_packed`, same arguments) without the tokens that complete or commit a
         duplicate item, or (``"gcd"``) whose surviving states are beyond ``remaining - 1``.
 
