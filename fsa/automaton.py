@@ -43,7 +43,7 @@ from .automaton_file import (  # noqa: F401 - FORMAT_VERSION, _checksum: re-expo
     _checksum,
     _deflate,
     _inflate,
-    _jsonable,
+    jsonable_meta,
 )
 from .bits import pack_bits, unpack_bits
 from .errors import (
@@ -430,7 +430,7 @@ class TokenAutomaton:
             "vocab_size": str(self.vocab_size),
             "fingerprint": self.fingerprint,
             "eos_token_ids": json.dumps(list(self.eos_token_ids)),
-            "meta": json.dumps(_jsonable(self.meta)),
+            "meta": json.dumps(jsonable_meta(self.meta)),
         }
         stored, shapes = _deflate(tensors)
         if shapes:

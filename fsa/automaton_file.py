@@ -23,7 +23,7 @@ import torch
 
 from .errors import AutomatonFormatError
 
-__all__ = ["FORMAT_VERSION"]
+__all__ = ["FORMAT_VERSION", "jsonable_meta"]
 
 #: Version of the on-disk format written by :meth:`TokenAutomaton.save`.  Version 2 may store a
 #: tensor zlib-compressed (tensor ``<name>.zlib``, uint8 [n]; header ``zlib``: JSON {name:
@@ -131,7 +131,8 @@ def _checksum(tensors: dict, header: dict) -> str:
     return h.hexdigest()
 
 
-def _jsonable(meta: dict) -> dict:
+def jsonable_meta(meta: dict) -> dict:
+    """``meta`` with every value JSON cannot write replaced by its ``repr`` (saved headers)."""
     out = {}
     for k, v in meta.items():
         try:

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..fsa.automaton_file import jsonable_meta
 from ..fsa.errors import AutomatonFormatError, InvalidArgumentError, VocabularyMismatchError
 
 __all__ = ["HMM", "HMM_FORMAT_VERSION"]
@@ -284,7 +285,7 @@ class HMM:
         cfg = {"format": _FORMAT_NAME, "version": HMM_FORMAT_VERSION,
                "hidden_size": self.hidden_size, "vocab_size": self.vocab_size,
                "dtype": str(self.dtype).replace("torch.", ""),
-               "vocabulary_fingerprint": self.fingerprint, "meta": _jsonable(self.meta)}
+               "vocabulary_fingerprint": self.fingerprint, "meta": jsonable_meta(self.meta)}
         (d / "config.json").write_text(json.dumps(cfg, indent=1))
 
     @classmethod
@@ -328,13 +329,3 @@ class HMM:
                   dict(cfg.get("meta") or {}))
         return hmm if str(device) == "cpu" else hmm.to(device)
 
-
-def _jsonable(meta: dict) -> dict:
-    out = {}
-    for k, v in meta.items():
-        try:
-            json.dumps(v)
-            out[k] = v
-        except TypeError:
-            out[k] = repr(v)
-    return out
