@@ -90,3 +90,21 @@ def qwen3_tokenizer():
 @pytest.fixture(scope="session")
 def mistral_tokenizer():
     return _tokenizer("mistral")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """(model, tokenizer) of SmolLM2-135M-Instruct (skips where it is not installed); torch runs
+    on one thread while a module uses it (2 shared cores: see README's note on OMP)."""
+    import torch
+
+    from tractable.models import ModelNotInstalledError, load_smollm2
+
+    try:
+        model, tok = load_smollm2()
+    except (ModelNotInstalledError, ImportError) as e:  # pragma: no cover - env dependent
+        pytest.skip(f"SmolLM2 unavailable: {e}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield model, tok
+    torch.set_num_threads(threads)

@@ -259,19 +259,11 @@ class _OnlyIds(Constraint):
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    from tractable.models import ModelNotInstalledError, load_smollm2
-
-    try:
-        model, tok = load_smollm2()
-    except (ModelNotInstalledError, ImportError) as e:  # pragma: no cover - env dependent
-        pytest.skip(f"SmolLM2 unavailable: {e}")
+def smollm2_vocab(smollm2):
     from tractable.models import smollm2_vocabulary
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield model, tok, smollm2_vocabulary(tok, model)
-    torch.set_num_threads(threads)
+    model, tok = smollm2
+    return model, tok, smollm2_vocabulary(tok, model)
 
 
 def _chat(tok, msg: str) -> list[int]:
@@ -289,7 +281,7 @@ def _converges_on(lm, C, prompt, N, post, *, checkpoints, late: int, seed: int =
 
 
 @pytest.mark.model
-def test_smollm2_restricted_gsk_grammar(smollm2):
+def test_smollm2_restricted_gsk_grammar(smollm2_vocab):
     """SmolLM2 over {0, 1} + EOS (paper 003's Ex. 2 with a real LM), prompted for a binary string
     ending in 1, under G_sk (Earley checker): GCD's KL to the posterior is > 0.1 (1.44 seen);
     ASAp's falls below 1% of it (~1e-16 after 200 samples) and its late samples pass
@@ -298,7 +290,7 @@ def test_smollm2_restricted_gsk_grammar(smollm2):
     from tractable.decode.lm import HFCausalLM, RestrictedLM
     from tractable.fsa.grammar import Checker
 
-    model, tok, vocab = smollm2
+    model, tok, vocab = smollm2_vocab
     ids = [vocab.token_bytes.index(w.encode()) for w in ["0", "1"]]  # digits are single tokens
     C = _OnlyIds(as_constraint(Checker(GSK), vocab), ids)
     prompt = _chat(tok, "Write a binary string of length 5 that ends with a 1.")
@@ -316,7 +308,7 @@ def test_smollm2_restricted_gsk_grammar(smollm2):
 
 
 @pytest.mark.model
-def test_smollm2_regex_full_vocabulary(smollm2):
+def test_smollm2_regex_full_vocabulary(smollm2_vocab):
     """SmolLM2 over its 49,152 ids, "Is the sky blue?" with ``(Yes|No|Maybe)\\.?`` and a budget
     of 7 (the task of test_smc_real.py): GCD is biased (KL > 0.05; 0.62 seen); ASAp's exact Q̃_S
     falls below 10% of that (0.0025 after 400 samples) and its late samples pass chi-square
@@ -325,7 +317,7 @@ def test_smollm2_regex_full_vocabulary(smollm2):
     from tractable.decode.lm import HFCausalLM
     from tractable.fsa.regex import compile_regex
 
-    model, tok, vocab = smollm2
+    model, tok, vocab = smollm2_vocab
     A = compile_regex(r"(Yes|No|Maybe)\.?", vocab)
     C = AutomatonConstraint(A)
     prompt = _chat(tok, "Is the sky blue? Answer with one word: yes, no or maybe.")

@@ -166,20 +166,6 @@ def test_program_reproduces_smc_pgcd(pattern, N, proposal):
 # ----------------------------------------------------------------------------- (a) SmolLM2
 
 
-@pytest.fixture(scope="module")
-def smol():
-    from tractable.models import ModelNotInstalledError, load_smollm2
-
-    try:
-        model, tok = load_smollm2()
-    except (ModelNotInstalledError, ImportError) as e:  # pragma: no cover - env dependent
-        pytest.skip(f"SmolLM2 unavailable: {e}")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield model, tok
-    torch.set_num_threads(threads)
-
-
 def _chat(tok, text):
     ids = tok.apply_chat_template([{"role": "user", "content": text}],
                                   add_generation_prompt=True, tokenize=True)
@@ -187,7 +173,7 @@ def _chat(tok, text):
 
 
 @pytest.mark.model
-def test_program_reproduces_smc_smollm2(smol):
+def test_program_reproduces_smc_smollm2(smollm2):
     """The yes/no task of tests/decode/test_smc_real.py with the real model (KV cache reordered by
     resampling): GCD at M = 4 and AWRS at M = 2 give identical runs; and SmolLM2 restricted to
     8 tokens with ``[ab]{2,4}[12]`` (LM + condition and GCD)."""
@@ -197,7 +183,7 @@ def test_program_reproduces_smc_smollm2(smol):
 
     from tractable.models import smollm2_vocabulary
 
-    model, tok = smol
+    model, tok = smollm2
     vocab = smollm2_vocabulary(tok, model)
     lm = HFCausalLM(model, tok, eos_token_ids=vocab.eos_token_ids)
     C = AutomatonConstraint(compile_regex(r"(Yes|No|Maybe)\.?", vocab))
@@ -523,11 +509,11 @@ def test_template_is_reusable_and_unchanged():
 
 
 @pytest.mark.model
-def test_example_constrained(smol):
+def test_example_constrained(smollm2):
     """No word longer than five letters after "The Fed says": every live particle matches."""
     from tractable.decode.program_examples import SHORT_WORDS, run_example
 
-    model, tok = smol
+    model, tok = smollm2
     for proposal in ("gcd", "lm"):
         res, texts = run_example("constrained", model, tok, n_particles=3, max_new_tokens=6,
                                  proposal=proposal, seed=1)
@@ -538,10 +524,10 @@ def test_example_constrained(smol):
 
 
 @pytest.mark.model
-def test_example_contains_word(smol):
+def test_example_contains_word(smollm2):
     from tractable.decode.program_examples import run_example
 
-    model, tok = smol
+    model, tok = smollm2
     res, texts = run_example("contains_word", model, tok, n_particles=3, max_new_tokens=10,
                              seed=0)
     assert all("whale" in t for t in texts), texts  # the automaton fits it in the budget
@@ -551,13 +537,13 @@ def test_example_contains_word(smol):
 
 @pytest.mark.model
 @pytest.mark.parametrize("proposal", ["first", "product"])
-def test_example_intersection_weights(smol, proposal):
+def test_example_intersection_weights(smollm2, proposal):
     """M = 1 (no resampling): the weight is Σ_t log p(w_t | x_2 s_<t) ("first") or
     Σ_t log Σ_w p(w | x_1 s_<t) p(w | x_2 s_<t) ("product"), recomputed here with one full
     forward pass per prompt."""
     from tractable.decode.program_examples import run_example
 
-    model, tok = smol
+    model, tok = smollm2
     res, texts = run_example("intersection", model, tok, n_particles=1, max_new_tokens=5,
                              proposal=proposal, seed=2)
     p = res.particles[0]
@@ -686,12 +672,12 @@ class _Trace(Model):
 
 
 @pytest.mark.model
-def test_without_replacement_kv_cache_smollm2(smol):
+def test_without_replacement_kv_cache_smollm2(smollm2):
     """Expansion to N' = K·M rows and down-sampling reorder SmolLM2's KV cache: every
     particle's next-token log-probabilities equal a fresh forward pass over its tokens."""
     from tractable.decode.lm import HFCausalLM
 
-    model, tok = smol
+    model, tok = smollm2
     lm = HFCausalLM(model, tok)
     prompt = tok.encode("The three largest oceans are")
     r = run_smc(_Trace(lm, prompt, 5), 3, seed=4, resampling="without_replacement")
