@@ -1,6 +1,9 @@
 """Bridge to the automata-lib package (tests and benchmarks only): a :class:`~.nfa.ByteNFA`
 as an automata-lib ``NFA``/``DFA`` whose input symbols are one-character strings ``chr(b)``, and
-back.  (It depends on :mod:`.nfa`; :mod:`.nfa` does not depend on it.)"""
+back.  (It depends on :mod:`.nfa`; :mod:`.nfa` does not depend on it.)
+
+automata-lib is not a required dependency of tractable: ``pip install tractable[automata]`` (or
+the ``dev`` extra); without it both functions raise ``ModuleNotFoundError`` saying so."""
 
 from __future__ import annotations
 
@@ -9,15 +12,25 @@ from .nfa import ByteNFA, finalize
 __all__ = ["to_automata_lib", "from_automata_lib"]
 
 
+def _automata_lib():
+    """automata-lib's ``DFA`` and ``NFA`` classes, imported on first use."""
+    try:
+        from automata.fa.dfa import DFA
+        from automata.fa.nfa import NFA
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError(
+            "the automata-lib bridge needs the automata-lib package: "
+            "pip install 'tractable[automata]'") from e
+    return DFA, NFA
+
+
 def to_automata_lib(nfa: ByteNFA, *, deterministic: bool = False):
     """Export to an automata-lib ``NFA`` (or, with ``deterministic=True``, its ``DFA``).
 
     Input symbols are one-character strings ``chr(b)`` for the bytes used.  Determinizing is
     exponential in the worst case: use it on small automata only (tests, benchmarks).
     """
-    from automata.fa.dfa import DFA
-    from automata.fa.nfa import NFA
-
+    DFA, NFA = _automata_lib()
     f = finalize(nfa, reduce=False)
     symbols: set[str] = set()
     trans: dict[str, dict[str, set[str]]] = {f"q{s}": {} for s in range(f.num_states)}
@@ -48,8 +61,7 @@ def from_automata_lib(fa) -> ByteNFA:
     Each input symbol must be a one-character ``str`` (or a 1-byte ``bytes``) or a longer
     string, which is read as its UTF-8 bytes.  Epsilon moves (symbol ``""``) are kept.
     """
-    from automata.fa.dfa import DFA
-
+    DFA, _ = _automata_lib()
     names: dict = {}
 
     def sid(x) -> int:

@@ -1,4 +1,4 @@
-"""Packed token-set rows, and the integer-array primitives the lift builds them with.
+"""Packed token-set rows: pack, hash, compare, gather and deduplicate them (for the lift).
 
 A token set over a vocabulary of V tokens is a row of ``ceil(V/32)`` uint32 words, token v at bit
 ``v & 31`` of word ``v >> 5``: :func:`pack_rows` packs (row, token) pairs, :func:`_pack_sets` the

@@ -10,7 +10,9 @@ One module per op (see each module's docstring for the semantics as a loop and t
   eq. 5) and the fused next-token emission term.
 
 Every public op takes ``backend="auto" | "triton" | "torch"`` (auto: Triton on CUDA tensors,
-torch otherwise).  Triton is imported lazily, on the first Triton call.
+torch otherwise).  Triton is imported lazily, on the first Triton call, by :mod:`._triton`
+(backend resolution, interpreter mode); :mod:`._common` holds the constants the mask and
+reachability kernels share.
 """
 
 from __future__ import annotations

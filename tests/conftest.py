@@ -1,11 +1,13 @@
 """Shared pytest fixtures: real tokenizers fetched by ``scripts/fetch_fixtures.py``.
 
 ``tests/`` mirrors the package: ``fsa/`` (with ``json_schema/`` and ``grammar/``), ``decode/``,
-``hmm/`` and ``facade/`` (the ``tractable`` facade and CLI); data in ``tests/data``.  Pytest puts
-this folder on ``sys.path``, where a sub-folder is found as a namespace package of its name: a
-``tests/tractable/`` would hide the installed ``tractable`` (its editable finder comes after
-``sys.path``) and a ``tests/kernels/`` Hugging Face's ``kernels``; hence ``facade/``, and the
-kernel tests at the top (``test_kernels.py``).
+``hmm/``, ``kernels/`` and ``facade/`` (the ``tractable`` facade and CLI); data in
+``tests/data``.  Pytest puts this folder on ``sys.path`` to import this file; there a sub-folder
+would be found as a namespace package of its name (``tests/kernels/`` as Hugging Face's
+``kernels``, which ``transformers`` and ``vllm`` probe for), so it is taken off again below: test
+modules import this one as ``conftest`` (already in ``sys.modules``), and each test folder is put
+on ``sys.path`` by pytest itself.  ``facade/`` is named so that it can never be taken for the
+installed ``tractable`` (its editable finder comes after ``sys.path``).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # `python -m pytest` puts the checkout root on sys.path, where the source folder kernels/
-# (installed as tractable.kernels) would shadow Hugging Face's `kernels` package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
+# (installed as tractable.kernels) would shadow Hugging Face's `kernels` package; pytest put this
+# folder there, where tests/kernels/ would be a namespace package `kernels` (module docstring).
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() not in (ROOT, ROOT / "tests")]
 
 # Without a GPU the Triton kernels run under the Triton interpreter.  Triton reads
 # TRITON_INTERPRET when triton.language is first imported (its own @jit helpers such as tl.sum are

@@ -6,6 +6,17 @@
     proc = tractable.gcd_logits_processor(A, max_new_tokens=16)
 
 Names are imported lazily, so ``import tractable`` needs neither transformers nor Triton.
+
+The facade's own modules (the work is done in :mod:`tractable.fsa`, :mod:`tractable.kernels`,
+:mod:`tractable.hmm` and :mod:`tractable.decode`):
+
+* this file — the public names, re-exported from where they are defined;
+* :mod:`.grammar` — ``tractable.grammar``, the grammar constraints' public names;
+* :mod:`.models` — the bundled real model (SmolLM2-135M-Instruct, converted once);
+* :mod:`.cli` and ``commands/`` — the ``tractable`` command (``compile``, ``demo``,
+  ``sample``, ``distill``); :mod:`._syspath` keeps a checkout's root off ``sys.path`` for
+  ``python -m`` entry points;
+* ``testing/`` — brute-force references and hypothesis strategies the tests share.
 """
 
 from __future__ import annotations

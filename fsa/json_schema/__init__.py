@@ -138,6 +138,23 @@ the estimate or limit, never dropped by ``lenient``)
 * A schema no instance satisfies is :class:`~.errors.EmptySchemaError` from
   :func:`compile_json_schema`, naming the smallest empty sub-schema and the keywords that
   empty it (:mod:`._empty`).
+
+Modules, in pipeline order
+--------------------------
+* reading the schema: :mod:`._meta` (meta-validation, depth check), :mod:`.refs` (``$ref``
+  resolution, ``registry``), :mod:`._constants` (limits and keyword tables);
+* the compiler: :mod:`._compiler` (:class:`JsonSchemaCompiler`, options, the build loop) on
+  :mod:`._base`, with one mixin per concern — :mod:`._logic` (``allOf``/``anyOf``/``oneOf``,
+  ``if``), :mod:`._negation` (``not``), :mod:`._leaf` (one flat conjunction), :mod:`._free`
+  (free values), :mod:`._numbers`, :mod:`._strings` and :mod:`._ecma` (``pattern``),
+  :mod:`._arrays`, :mod:`._objects`, :mod:`._serialize` (:func:`serialize_instance`);
+  its own objects in :mod:`._nodes` and :mod:`._values`, shared automata in :mod:`._cache`,
+  byte-automaton helpers in :mod:`._automata`, empty schemas explained by :mod:`._empty`;
+* value automata: :mod:`.formats` (canonical numbers, ``multipleOf``, string formats),
+  :mod:`.formats_uri` and :mod:`.formats_regex` (the URI family, the ``regex`` format);
+* every serialization: :mod:`.number_spellings` and :mod:`.string_spellings`;
+* ``uniqueItems``: :mod:`.unique_compile` (regular where the item domain is finite) and
+  :mod:`.unique_items` (exact at token level per request, with the scanner of :mod:`.scan`).
 """
 
 from __future__ import annotations
@@ -148,10 +165,8 @@ from typing import Any
 from ..nfa import ByteNFA
 from ..vocabulary import require_vocabulary
 
-# The package is split by concern (modules ``_compiler``, ``_logic``, ``_negation``, ``_leaf``,
-# ``_free``, ``_values``, ``_numbers``, ``_strings``, ``_ecma``, ``_arrays``, ``_objects``,
-# ``_serialize``, ``_meta``; shared pieces in ``_constants``, ``_cache``, ``_nodes``,
-# ``_automata``, ``_base``).  Besides the public API, the names below are imported from here
+# The package is split by concern (the docstring's module list).  Besides the public API, the
+# names below are imported from here
 # by other modules and tests.  Reading them here is fine; to *replace* one (monkeypatch), patch
 # the module that uses it: ``_compiler`` for MIN/MAX_FINALIZE_REUSED, ``_cache`` for _SHARED.
 from ._automata import _is_empty, _wrapped  # noqa: F401
