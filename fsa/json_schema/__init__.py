@@ -162,6 +162,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ..errors import InvalidArgumentError
 from ..nfa import ByteNFA
 from ..vocabulary import require_vocabulary
 
@@ -192,7 +193,7 @@ from ._constants import (  # noqa: F401
 )
 from ._ecma import _ECMA_SPACE, _ECMA_SPACE_RANGES, _ecma_to_python  # noqa: F401
 from ._meta import _meta_format_ok, _meta_ok, _meta_validator  # noqa: F401
-from ._nodes import _Leaf, _NoNegation, _Synth  # noqa: F401
+from ._nodes import _Leaf, _NoNegation, _ptr, _Synth  # noqa: F401
 from ._strings import (  # noqa: F401
     _BODY,
     _CHAR,
@@ -296,7 +297,12 @@ def serialize_instance(instance: Any, schema: Any, *, validate: bool = False,
     """The canonical serialization of ``instance`` for ``schema`` (what the compiled automaton
     accepts when the instance is valid): compact separators, canonical numbers and string
     escapes, object keys in the schema's declared order (anyOf/oneOf: the first branch the
-    instance satisfies), additional keys after them in the instance's order."""
+    instance satisfies), additional keys after them in the instance's order.
+
+    Raises :class:`~.errors.InvalidArgumentError` naming the JSON pointer for an instance
+    nested more than :data:`MAX_VALUE_NESTING` levels (no compiled automaton holds deeper
+    values; checked iteratively, before the recursive writer)."""
+    _check_instance_depth(instance)
     schema = _schema_of(schema)
     c = JsonSchemaCompiler(schema, validate=validate, lenient=True, registry=registry)
     with warnings.catch_warnings():
@@ -307,6 +313,25 @@ def serialize_instance(instance: Any, schema: Any, *, validate: bool = False,
             except Exception:  # noqa: BLE001 - serialization does not need the automaton
                 pass
         return c.serialize(instance)
+
+
+def _check_instance_depth(instance: Any, limit: int = MAX_VALUE_NESTING) -> None:
+    """Raise :class:`~.errors.InvalidArgumentError` at the first array/object nested deeper
+    than ``limit`` levels (an explicit stack: never recursion on the instance's depth)."""
+    stack = [(instance, "", 0)]
+    while stack:
+        x, ptr, depth = stack.pop()
+        if isinstance(x, dict):
+            children = [(v, _ptr(ptr, k)) for k, v in x.items()]
+        elif isinstance(x, (list, tuple)):
+            children = [(v, _ptr(ptr, i)) for i, v in enumerate(x)]
+        else:
+            continue
+        if depth >= limit:
+            raise InvalidArgumentError(
+                f"instance nested more than MAX_VALUE_NESTING={limit} levels deep at "
+                f"'{ptr or '/'}': no compiled automaton accepts values that deep")
+        stack.extend((v, p, depth + 1) for v, p in children)
 
 
 def _has_key(node: Any, key: str) -> bool:

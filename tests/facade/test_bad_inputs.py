@@ -380,3 +380,25 @@ def test_embedded_id_resources_found_by_fuzzing():
         "then": {"const": 1}, "else": {"const": -1.5}}}
     with pytest.raises(UnsupportedSchemaError, match="jsonschema failed"):
         json_schema_to_nfa(bad)
+
+
+@pytest.mark.parametrize("wrap", [lambda x: [x], lambda x: {"a": x}])
+def test_serialize_instance_deep_instances_are_typed_errors(wrap):
+    """serialize_instance on an instance nested 3,000 deep raised RecursionError; now an
+    InvalidArgumentError naming the pointer at the limit, found without recursion.  100 levels
+    (the most any compiled automaton holds) still serialize."""
+    from tractable.fsa.errors import InvalidArgumentError
+    from tractable.fsa.json_schema import MAX_VALUE_NESTING, serialize_instance
+
+    ok: object = 1
+    for _ in range(MAX_VALUE_NESTING):
+        ok = wrap(ok)
+    text = serialize_instance(ok, {})
+    assert json.loads(text) == ok
+    deep = ok
+    for _ in range(3000 - MAX_VALUE_NESTING):
+        deep = wrap(deep)
+    with pytest.raises(InvalidArgumentError, match="MAX_VALUE_NESTING") as e:
+        serialize_instance(deep, {})
+    assert isinstance(e.value, ValueError)
+    assert str(e.value).count("/") == MAX_VALUE_NESTING
