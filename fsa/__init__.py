@@ -23,6 +23,7 @@ The core: vocabulary, byte NFAs, the lift to tokens, the automaton, per-request 
   (per-vocabulary tables and class tries), :mod:`.lift_subsets` (interned state sets),
   :mod:`.lift_components` (components and their walk records), :mod:`.lift_periodic` (counted
   repetitions from one walk of their body) and :mod:`.token_rows` (packed token-set rows);
+  :mod:`.lift_budget` charges its large arrays to a memory budget (``LiftSizeError``);
 * :mod:`.automaton` — :class:`TokenAutomaton` (T_out, T_in, packed labels B) and
   :mod:`.automaton_file` (save/load: format version, checksum, vocabulary fingerprint);
 * :mod:`.state` — :class:`AutomatonState`, the small, batched, reorderable per-request state;

@@ -53,6 +53,7 @@ from .errors import (
     VocabularyMismatchError,
 )
 from .lift import LiftedEdges, lift
+from .lift_budget import lift_budget
 from .nfa import ByteNFA
 from .token_rows import SparseRows, dedup_rows, dedup_sets, pack_rows, take_rows
 from .vocabulary import TokenVocabulary, require_vocabulary
@@ -147,11 +148,14 @@ class TokenAutomaton:
         Raises:
             EmptyLanguageError: no token sequence over ``vocab`` is accepted.
             VocabularyError: ``vocab`` is not a :class:`~.vocabulary.TokenVocabulary`.
+            LiftSizeError: the lift and the label rows need more intermediate memory than
+                their budget (:mod:`.lift_budget`).
         """
         require_vocabulary(vocab)
         t0 = time.perf_counter()
-        lifted = lift(nfa, vocab)
-        out = cls._from_lifted(lifted, vocab, dict(meta or {}))
+        with lift_budget():
+            lifted = lift(nfa, vocab)
+            out = cls._from_lifted(lifted, vocab, dict(meta or {}))
         out.meta["compile_seconds"] = time.perf_counter() - t0
         return out
 

@@ -27,6 +27,7 @@ __all__ = [
     "GrammarError",
     "TokenError",
     "BudgetExceededError",
+    "LiftSizeError",
 ]
 
 
@@ -246,3 +247,22 @@ class BudgetExceededError(TractableError, RuntimeError):
         self.max_new_tokens = max_new_tokens
         self.generated = generated
         self.row = row
+
+
+class LiftSizeError(TractableError, ValueError):
+    """The token lift of a constraint needs more intermediate memory than its budget
+    (:mod:`tractable.fsa.lift_budget`): raised before the array that would pass it is allocated.
+
+    Attributes: ``what`` (the array being built, e.g. "packed token rows of a component
+    template (97,528 rows)"), ``used`` and ``limit`` (bytes charged so far, the budget)."""
+
+    def __init__(self, what: str, used: int, limit: int):
+        super().__init__(
+            f"the token lift needs more than its budget of {limit / 2**30:.2f} GiB of "
+            f"intermediate arrays ({used / 2**30:.2f} GiB charged when building {what}): the "
+            "constraint reads too many vocabulary tokens from too many states.  Raise the "
+            "budget with TRACTABLE_MAX_LIFT_BYTES=N or tractable.fsa.lift_budget.lift_budget(N), "
+            "or simplify the constraint")
+        self.what = what
+        self.used = used
+        self.limit = limit

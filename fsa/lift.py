@@ -69,6 +69,8 @@ from .class_trie import (
 )
 from .class_trie import _class_trie as _class_trie
 from .class_trie import prepare as prepare
+from .errors import LiftSizeError
+from .lift_budget import charge, current_budget, lift_budget
 from .lift_components import (
     _ALL_BYTES,
     _Component,
@@ -242,13 +244,18 @@ def _walk(trie, node_cls, subsets: _SubsetTable, starts, node, dstate, *, visits
                     dstate = k % ns
                     k //= ns
                     starts, node = k // trie_nodes, k % trie_nodes
+        # the frontier (3 int64 each) is transient: checked against what is left; the records
+        # kept are charged (lift_budget)
+        _check_frontier(int(starts.size))
         if visits:
+            charge(24 * int(starts.size), f"trie-walk records at depth {steps}")
             rs.append(starts)
             rn.append(node)
             rd.append(dstate)
         else:
             term = tp[node + 1] > tp[node]
             if term.any():
+                charge(24 * int(np.count_nonzero(term)), f"trie-walk records at depth {steps}")
                 rs.append(starts[term])
                 rn.append(node[term])
                 rd.append(dstate[term])
@@ -397,12 +404,29 @@ def _periodic_template(comp: _Component, rels: list[int], vocab: TokenVocabulary
 _USE_COMPONENTS = True
 
 
+def _check_frontier(size: int) -> None:
+    """Raise :class:`LiftSizeError` when a walk frontier of ``size`` entries (3 int64 each)
+    would not fit in what is left of the lift's budget (:mod:`.lift_budget`)."""
+    b = current_budget()
+    if b is not None and b.used + 24 * size > b.limit:
+        raise LiftSizeError(f"a trie-walk frontier of {size:,} entries", b.used + 24 * size,
+                            b.limit)
+
+
 def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     """Lift a byte NFA to token-level edges; see the module docstring.
 
     ``nfa`` is finalized first (epsilon-free, trimmed).  Returns a :class:`LiftedEdges`.
     Mutates ``vocab``'s private memo (class tries and component walks are cached there).
+    Raises :class:`~.errors.LiftSizeError` past the lift's memory budget
+    (:mod:`.lift_budget`; charged to an enclosing :func:`~.lift_budget.lift_budget`, else to
+    a new one of :data:`~.lift_budget.MAX_LIFT_BYTES`).
     """
+    with lift_budget():
+        return _lift(nfa, vocab)
+
+
+def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     nfa = finalize(nfa)
     S = nfa.num_states
     W = (vocab.size + 31) // 32
@@ -600,7 +624,8 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     G = trie.term_ptr.shape[0] - 1
     empty = np.zeros(0, dtype=np.int64)
     if S * S * max(G, 1) >= 2**62:
-        raise OverflowError(f"automaton too large to lift: {S} byte states x {G} token groups")
+        raise LiftSizeError(f"keys of {S:,} byte states x {G:,} token groups (over 2^62)",
+                            S * S * max(G, 1), 2**62)
     keys: list[np.ndarray] = []
     listed = 0
     steps = 0
@@ -633,6 +658,8 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     key = (keys[0] if len(keys) == 1 else sorted_unique(np.concatenate(keys))) if keys else empty
     pair = key // G
     pair_src, pair_dst, pair_grp = pair // S, pair % S, key % G
+    if len(rows) > 1:
+        charge(4 * W * sum(int(r.shape[0]) for r in rows), "the lift's token rows, concatenated")
     return LiftedEdges(
         S, final, pair_src, pair_dst, pair_grp, trie.term_ptr, trie.term_tokens,
         subsets.expanded, steps,
@@ -669,7 +696,8 @@ def _rows_by_subset(r_start, r_node, r_state, start_of, subsets: _SubsetTable, t
     ns = len(subsets.members)
     N = trie.term_ptr.shape[0] - 1
     if ns * max(N, 1) * (int(start_of.size) + 1) >= 2**62:
-        raise OverflowError(f"automaton too large to lift: {ns} subsets x {N} token groups")
+        raise LiftSizeError(f"keys of {ns:,} subsets x {N:,} token groups (over 2^62)",
+                            ns * max(N, 1) * (int(start_of.size) + 1), 2**62)
     key = sorted_unique((r_start * ns + r_state) * N + r_node)
     ss = key // N
     node = key % N

@@ -25,6 +25,7 @@ import numpy as np
 from .arrays import ranges as _ranges
 from .arrays import run_starts as _run_starts
 from .arrays import sorted_unique, stable_argsort
+from .lift_budget import charge
 
 __all__ = [
     "SparseRows",
@@ -53,12 +54,19 @@ def pack_rows(row: np.ndarray, tok: np.ndarray, num_rows: int, vocab_size: int) 
     have distinct bits, so summing bit values equals OR-ing them, one ``bincount`` pass
     (sorting them first took ~30x longer; measured here).
     """
+    charge(4 * ((vocab_size + 31) // 32) * int(num_rows), f"{int(num_rows):,} packed token rows")
+    return _pack_rows(row, tok, num_rows, vocab_size)
+
+
+def _pack_rows(row: np.ndarray, tok: np.ndarray, num_rows: int, vocab_size: int) -> np.ndarray:
+    """:func:`pack_rows` without charging the lift budget (a caller charged the whole array)."""
     W = (vocab_size + 31) // 32
     if num_rows == 0 or row.size == 0:
         return np.zeros((num_rows, W), dtype=np.uint32)
     key = row.astype(np.int64, copy=False) * W + (tok >> 5)
     ordered = key.size < 2 or bool((key[1:] >= key[:-1]).all())
     if key.size > _PACK_SPARSE_MAX or (not ordered and key.size * 20 > num_rows * W):
+        charge(8 * W * int(num_rows), f"a float64 bincount of {int(num_rows):,} token rows")
         words = np.bincount(key, weights=np.left_shift(1, tok & 31).astype(np.float64),
                             minlength=num_rows * W)
         return words.astype(np.uint32).reshape(num_rows, W)
@@ -83,6 +91,7 @@ _PACK_CHUNK = 2048
 def _pack_sets(node: np.ndarray, reps, term_ptr, term_tokens, V: int) -> np.ndarray:
     """uint32 [len(reps), ceil(V/32)]: row i holds the tokens ending at the trie nodes
     ``node[a:b]``, ``reps[i] = (a, b)``; packed in chunks of ``_PACK_CHUNK`` rows."""
+    charge(4 * ((V + 31) // 32) * len(reps), f"{len(reps):,} packed token sets")
     packed = np.empty((len(reps), (V + 31) // 32), dtype=np.uint32)
     for c0 in range(0, len(reps), _PACK_CHUNK):
         chunk = reps[c0:c0 + _PACK_CHUNK]
@@ -92,11 +101,13 @@ def _pack_sets(node: np.ndarray, reps, term_ptr, term_tokens, V: int) -> np.ndar
         gsize = term_ptr[g + 1] - term_ptr[g]
         toks = term_tokens[_ranges(term_ptr[g], gsize)]
         local = np.repeat(np.repeat(np.arange(len(chunk), dtype=np.int64), cnt), gsize)
-        packed[c0:c0 + len(chunk)] = pack_rows(local, toks, len(chunk), V)
+        packed[c0:c0 + len(chunk)] = _pack_rows(local, toks, len(chunk), V)
     return packed
 
 
 _ROW_HASH: dict[int, np.ndarray] = {}
+#: rows hashed per block by :func:`_row_hashes` (64 MiB: ~4k Llama-3 rows)
+_HASH_BLOCK_BYTES = 64 << 20
 
 
 def _hash_weights(W: int) -> np.ndarray:
@@ -130,7 +141,14 @@ def _row_hashes(table: np.ndarray, rows: np.ndarray, chunk: int = 1024) -> np.nd
     if W == 0 or rows.size == 0:
         return h
     if W % 2 == 0 and table.flags.c_contiguous and 2 * rows.size >= table.shape[0]:
-        return (_mix64(table.view(np.uint64)) @ R)[rows]  # most rows: the table in place
+        # most rows: the table in place, a block of rows at a time (the mix makes ~3
+        # temporaries of what it is given: of a whole 97,528-row Llama-3 table, 4.4 GiB)
+        t64 = table.view(np.uint64)
+        every = np.empty(t64.shape[0], dtype=np.uint64)
+        step = max(1, _HASH_BLOCK_BYTES // max(1, 8 * t64.shape[1]))
+        for a in range(0, t64.shape[0], step):
+            every[a:a + step] = _mix64(t64[a:a + step]) @ R
+        return every[rows]
     buf = np.zeros((min(rows.size, chunk), 2 * R.size), dtype=np.uint32)
     for c0 in range(0, rows.size, chunk):
         c1 = min(rows.size, c0 + chunk)
@@ -205,9 +223,10 @@ def _num_rows(part) -> int:
 def take_rows(parts: list, idx: np.ndarray) -> np.ndarray:
     """``np.concatenate(parts)[idx]`` without concatenating the parts (each uint32 [n, W] or
     :class:`SparseRows` of width W); uint32 [len(idx), W]."""
+    W = parts[0].width if isinstance(parts[0], SparseRows) else parts[0].shape[1]
+    charge(4 * W * int(idx.size), f"{int(idx.size):,} gathered token rows")
     if len(parts) == 1 and not isinstance(parts[0], SparseRows):
         return parts[0][idx]
-    W = parts[0].width if isinstance(parts[0], SparseRows) else parts[0].shape[1]
     offs = np.cumsum([0] + [_num_rows(p) for p in parts])
     sparse = any(isinstance(p, SparseRows) for p in parts)
     out = (np.zeros if sparse else np.empty)((idx.size, W), dtype=np.uint32)

@@ -69,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "LarkNotInstalledError": "tractable.fsa.grammar",
     "TokenError": "tractable.fsa.errors",
     "BudgetExceededError": "tractable.fsa.errors",
+    "LiftSizeError": "tractable.fsa.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
