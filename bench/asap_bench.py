@@ -36,20 +36,26 @@ grammar rows of an earlier run's JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import platform
 import time
 import warnings
-from datetime import date
 from pathlib import Path
 
 import numpy as np
 import torch
+from harness import (
+    RESULTS,
+    SHARED,
+    command_line,
+    load_json,
+    machine,
+    save_json,
+    utc_now,
+    versions,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "data" / "cars_grammar_tasks"
-OUT = ROOT / "bench" / "results"
+DATA = SHARED / "cars_grammar_tasks"
+OUT = RESULTS
 NAME = "asap_grammar_tasks"
 
 DEFAULT_TASKS = ["BV4/find_inv_bvsge_bvneg_4bit", "SLIA/lastname"]
@@ -339,7 +345,7 @@ def main() -> None:
     t_all = time.perf_counter()
     out = Path(args.out)
     if args.report_only:  # rewrite .md and .png from the JSON (after editing this script)
-        old = json.loads(out.with_suffix(".json").read_text())
+        old = load_json(out.with_suffix(".json"))
         oargs = argparse.Namespace(**old["args"])
         plot(old["rows"], oargs.window, out.with_suffix(".png"), old.get("control"))
         out.with_suffix(".md").write_text(
@@ -348,7 +354,7 @@ def main() -> None:
     model, tok = load_smollm2()
     vocab = smollm2_vocabulary(tok, model)
     if args.control_only:
-        old = json.loads(out.with_suffix(".json").read_text())
+        old = load_json(out.with_suffix(".json"))
         rows, seconds = old["rows"], old["seconds"]
         gargs = argparse.Namespace(**{**old["args"], **{
             k: v for k, v in vars(args).items() if k in ("control_seeds", "control_only")}})
@@ -361,7 +367,7 @@ def main() -> None:
     print("control", flush=True)
     control = run_control(model, tok, vocab, args)
     res = {"args": vars(gargs), "rows": rows, "seconds": seconds, "control": control}
-    out.with_suffix(".json").write_text(json.dumps(res, indent=1))
+    save_json(out.with_suffix(".json"), res)
     plot(rows, gargs.window, out.with_suffix(".png"), control)
     out.with_suffix(".md").write_text(report(rows, gargs, __version__, seconds, control))
     print(out.with_suffix(".md").read_text())
@@ -377,25 +383,22 @@ def _control_sentence(control: dict) -> str:
 
 
 def report(rows, args, version, seconds, control: dict | None = None) -> str:
-    import transformers
-
-    cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/asap_bench.py " + " ".join(
-        f"--{k.replace('_', '-')} {' '.join(v) if isinstance(v, list) else v}"
-        for k, v in vars(args).items()
-        if k not in ("out", "control_seeds", "control_only", "report_only"))
+    ver = versions("torch", "transformers")
+    cmd = command_line("asap_bench.py", args,
+                       ("out", "control_seeds", "control_only", "report_only"),
+                       prefix="OMP_NUM_THREADS=1 .venv/bin/python")
     lines = [
         "# ASAp vs GCD vs CARS on SyGuS grammar tasks (SmolLM2-135M-Instruct)", "",
         f"- command: `{cmd}`",
         *([f"- control: `{cmd.split(' --')[0]} --control-only --control-seeds "
            f"{args.control_seeds}` (reuses the grammar rows of the run above)"]
           if getattr(args, "control_only", False) else []),
-        f"- machine: {platform.machine()}, {platform.processor() or 'cpu'}, 1 torch thread, "
-        f"shared 2-core box; grammar tasks {seconds:.0f} s wall (load average 9–12 from other "
-        "jobs during the run: ~2.5× slower than a quiet box, where one output of a batch of 10 "
-        "took ~1.4 s with the 904-token prompt)",
-        f"- versions: tractable {version}, torch {torch.__version__}, "
-        f"transformers {transformers.__version__}, Python {platform.python_version()}",
-        f"- date: {date.today()}", "",
+        f"- machine: {machine(1)}, shared box; grammar tasks {seconds:.0f} s wall (load average "
+        "9–12 from other jobs during the run: ~2.5× slower than a quiet box, where one output of "
+        "a batch of 10 took ~1.4 s with the 904-token prompt)",
+        f"- versions: tractable {version}, torch {ver['torch']}, "
+        f"transformers {ver['transformers']}, Python {ver['python']}",
+        f"- date: {utc_now()}", "",
         "Paper 003 §4 in shape: for each task, GCD and ASAp outputs x with their exact sampling "
         "probability Q̃(x) and LM probability P(x).  `KL(Q̃‖P)` is the paper's measure "
         "E_Q̃[log Q̃ − log P] = KL(Q̃‖P(·|L)) − log Z (window of "

@@ -20,19 +20,17 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
-import json
 import math
-import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from bfcl_bench import parse_or_report, run_meta, smollm2_lm
+from harness import RESULTS, SHARED, load_rows, quantile, save_rows
 
-DATA = Path("/work/shared/data/pattern_matching/awrs_colm2025_patterns.csv")
-OUT = Path(__file__).resolve().parent / "results"
+DATA = SHARED / "pattern_matching" / "awrs_colm2025_patterns.csv"
+OUT = RESULTS
 KL_BINS = [(0.0, 0.01), (0.01, 0.1), (0.1, 1.0), (1.0, 3.0), (3.0, math.inf)]
 
 
@@ -48,26 +46,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--note", default="", help="a sentence added to the report")
     ap.add_argument("--out", default=str(OUT / "awrs_calls"))
-    ap.add_argument("--report-only", action="store_true",
-                    help="re-render OUT.md and OUT.png from OUT.json and exit")
-    args = ap.parse_args()
+    args = parse_or_report(ap, write_report, "OUT.md and OUT.png")
     out = Path(args.out)
-    if args.report_only:
-        print(write_report(out))
-        return
-    torch.set_num_threads(args.threads)
+    _model, tok, vocab, base = smollm2_lm(args.threads)
 
     import regex
-    import transformers
     from tractable.decode.constraints import RegexConstraint
-    from tractable.decode.lm import HFCausalLM, RestrictedLM
+    from tractable.decode.lm import RestrictedLM
     from tractable.decode.samplers import awrs
 
-    from tractable.models import load_smollm2, smollm2_vocabulary
-
-    model, tok = load_smollm2()
-    vocab = smollm2_vocabulary(tok, model)
-    base = HFCausalLM(model, tok, eos_token_ids=vocab.eos_token_ids)
     pats = [r["regex"] for r in csv.DictReader(DATA.open())]
     rng = np.random.default_rng(args.seed)
     chosen = []
@@ -79,16 +66,8 @@ def main() -> None:
         chosen.append(pats[i])
         if len(chosen) == args.regexes:
             break
-    meta = {"date": datetime.date.today().isoformat(), "machine": platform.platform(),
-            "machine_note": "shared 2-core CPU VM (no GPU; other agents' jobs running), ",
-            "threads": args.threads, "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": sys.version.split()[0],
-            "regex": regex.__version__, "vocab_sizes": args.vocab_sizes,
-            "tokens": args.tokens, "note": args.note,
-            "command": "OMP_NUM_THREADS=1 python bench/awrs_bench.py " + " ".join(
-                f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                for k, v in vars(args).items() if k not in ("out", "note", "report_only")),
-            "regexes": chosen}
+    meta = run_meta("awrs_bench.py", args, ("torch", "transformers", "regex"),
+                    vocab_sizes=args.vocab_sizes, tokens=args.tokens, regexes=chosen)
     rows: list[dict] = []
     for V in args.vocab_sizes:
         lm = base if V >= vocab.size else RestrictedLM(base, list(range(V)))
@@ -143,20 +122,13 @@ def main() -> None:
             sub = [r_ for r_ in rows if r_["regex"] == pat and r_["vocab"] == V]
             print(f"V={V} {pat!r}: {len(sub)} steps in {sample} samples, checks median "
                   f"{np.median([r_['checks'] for r_ in sub]):.0f}", flush=True)
-        save(rows, meta, out)  # after every vocabulary size: a killed run keeps its rows
-    save(rows, meta, out)
+        save_rows(out, meta, rows)  # after every vocabulary size: a killed run keeps its rows
     print(write_report(out))
-
-
-def save(rows: list[dict], meta: dict, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
 def write_report(out: Path) -> str:
     """OUT.md and OUT.png from OUT.json."""
-    data = json.loads(out.with_suffix(".json").read_text())
-    meta, rows = data["meta"], data["rows"]
+    meta, rows = load_rows(out)
     Vs = [V for V in meta["vocab_sizes"] if any(r["vocab"] == V for r in rows)]
     chosen = meta["regexes"]
     lines = [
@@ -188,7 +160,7 @@ def write_report(out: Path) -> str:
         c = np.array([r["checks"] for r in sub])
         kl = np.array([r["kl"] for r in sub])
         lines.append(
-            f"| {V} | {len(sub)} | {np.median(c):.0f} | {np.percentile(c, 90):.0f} | "
+            f"| {V} | {len(sub)} | {np.median(c):.0f} | {quantile(c, 0.9):.0f} | "
             f"{c.mean():.1f} | {c.max()} | {100 * np.mean(c <= 2):.0f}% | "
             f"{100 * np.mean(np.array([r['checks'] >= r['support'] for r in sub])):.0f}% | {V} | "
             f"{np.median(kl):.3f} | {1e3 * np.median([r['seconds'] for r in sub]):.1f} | "
@@ -204,7 +176,7 @@ def write_report(out: Path) -> str:
     for V in Vs:
         c = np.array([r["checks"] for r in rows if r["vocab"] == V and r["z"] > 0])
         if c.size:
-            lines.append(f"| {V} | {c.size} | {np.median(c):.0f} | {np.percentile(c, 90):.0f} | "
+            lines.append(f"| {V} | {c.size} | {np.median(c):.0f} | {quantile(c, 0.9):.0f} | "
                          f"{c.mean():.1f} | {c.max()} |")
     lines += ["", "Checks per token by D_KL(p‖p0) (all vocabulary sizes pooled; Prop. 4: the "
               "expected cost grows with D_KL, not with V):", "",
@@ -213,13 +185,13 @@ def write_report(out: Path) -> str:
         c = np.array([r["checks"] for r in rows if lo <= r["kl"] < hi])
         if c.size:
             lines.append(f"| [{lo:g}, {hi:g}) | {c.size} | {np.median(c):.0f} | "
-                         f"{np.percentile(c, 90):.0f} | {c.mean():.1f} |")
+                         f"{quantile(c, 0.9):.0f} | {c.mean():.1f} |")
     per = []
     for V in Vs:
         for pat in chosen:
             c = [r["checks"] for r in rows if r["vocab"] == V and r["regex"] == pat]
             if c:
-                per.append((V, pat, len(c), float(np.median(c)), float(np.percentile(c, 90))))
+                per.append((V, pat, len(c), float(np.median(c)), float(quantile(c, 0.9))))
     lines += ["", "Per regex (median / p90 checks per step):", "",
               "| regex | " + " | ".join(f"V = {V}" for V in Vs) + " |",
               "|---|" + "---:|" * len(Vs)]
@@ -256,10 +228,10 @@ def write_report(out: Path) -> str:
         ax[0].set_ylabel("constraint checks per token")
         ax[0].legend(fontsize=8)
         med = [np.median([r["checks"] for r in rows if r["vocab"] == V]) for V in Vs]
-        p90 = [np.percentile([r["checks"] for r in rows if r["vocab"] == V], 90) for V in Vs]
+        p90 = [quantile([r["checks"] for r in rows if r["vocab"] == V], 0.9) for V in Vs]
         ax[1].plot(Vs, med, "o-", label="AWRS median")
         ax[1].plot(Vs, p90, "s--", label="AWRS p90")
-        p90z = [np.percentile([r["checks"] for r in rows if r["vocab"] == V and r["z"] > 0], 90)
+        p90z = [quantile([r["checks"] for r in rows if r["vocab"] == V and r["z"] > 0], 0.9)
                 for V in Vs]
         ax[1].plot(Vs, p90z, "^-.", label="AWRS p90, steps with Z > 0")
         ax[1].plot(Vs, Vs, "k:", label="token masking (V)")

@@ -26,17 +26,26 @@ Writes bench/results/bfcl_smc.{md,json}.  Reads /work/shared/data/bfcl_function_
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from harness import (
+    RESULTS,
+    SHARED,
+    command_line,
+    load_rows,
+    machine,
+    quantile,
+    save_rows,
+    utc_now,
+    versions,
+)
 
-DATA = Path("/work/shared/data/bfcl_function_calling/BFCL_v4_simple_python.json")
-OUT = Path(__file__).resolve().parent / "results"
+DATA = SHARED / "bfcl_function_calling" / "BFCL_v4_simple_python.json"
+OUT = RESULTS
 _TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": None, "list": "array"}
 
 
@@ -80,6 +89,46 @@ def lm_loglik(model, prompt: list[int], toks: list[int], eos: int | None) -> flo
     return float(lp.gather(1, torch.tensor(cont).view(-1, 1)).sum())
 
 
+# ---- shared with awrs_bench.py (which imports them from here): SmolLM2, --report-only and
+# the run header of the SmolLM2 benches
+
+
+def smollm2_lm(threads: int):
+    """SmolLM2-135M-Instruct on ``threads`` torch threads: (model, tokenizer, vocabulary,
+    :class:`HFCausalLM`)."""
+    torch.set_num_threads(threads)
+    from tractable.decode.lm import HFCausalLM
+
+    from tractable.models import load_smollm2, smollm2_vocabulary
+
+    model, tok = load_smollm2()
+    vocab = smollm2_vocabulary(tok, model)
+    return model, tok, vocab, HFCausalLM(model, tok, eos_token_ids=vocab.eos_token_ids)
+
+
+def parse_or_report(ap: argparse.ArgumentParser, write_report, renders: str = "OUT.md"):
+    """Add ``--report-only`` (the last option), parse; with it, print ``write_report(OUT)`` and
+    exit."""
+    ap.add_argument("--report-only", action="store_true",
+                    help=f"re-render {renders} from OUT.json and exit")
+    args = ap.parse_args()
+    if args.report_only:
+        print(write_report(Path(args.out)))
+        raise SystemExit(0)
+    return args
+
+
+def run_meta(script: str, args: argparse.Namespace, packages=("torch", "transformers"),
+             **extra) -> dict:
+    """The ``meta`` of a result file: date, machine, versions (python and ``packages`` as
+    top-level keys), torch threads, note and the command with every option spelled out
+    (:func:`harness.command_line`)."""
+    return {"date": utc_now(), "machine": machine(),
+            "machine_note": "shared machine (other jobs running), ", "threads": args.threads,
+            **versions(*packages), "note": args.note,
+            "command": command_line(script, args, ("out", "note", "report_only")), **extra}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--questions", type=int, default=3)
@@ -97,27 +146,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(OUT / "bfcl_smc"))
     ap.add_argument("--note", default="", help="a sentence added to the report (load, ...)")
-    ap.add_argument("--report-only", action="store_true",
-                    help="re-render OUT.md from OUT.json and exit")
-    args = ap.parse_args()
+    args = parse_or_report(ap, write_report)
     out = Path(args.out)
-    if args.report_only:
-        print(write_report(out))
-        return
-    torch.set_num_threads(args.threads)
-    import sys
-
-    import transformers
+    model, tok, vocab, lm = smollm2_lm(args.threads)
     from tractable.decode.constraints import AutomatonConstraint
-    from tractable.decode.lm import HFCausalLM
     from tractable.decode.smc import SMC
     from tractable.fsa.json_schema import compile_json_schema
 
-    from tractable.models import load_smollm2, smollm2_vocabulary
-
-    model, tok = load_smollm2()
-    vocab = smollm2_vocabulary(tok, model)
-    lm = HFCausalLM(model, tok, eos_token_ids=vocab.eos_token_ids)
     hmm = None
     if args.hmm:
         from tractable.hmm.model import HMM
@@ -130,15 +165,7 @@ def main() -> None:
     qs = [json.loads(line) for line in DATA.open()]
     rows: list[dict] = []
     skipped: list[str] = []
-    meta = {"date": datetime.date.today().isoformat(), "machine": platform.platform(),
-            "machine_note": "shared 2-core CPU VM (no GPU; other agents' jobs running), ",
-            "threads": args.threads, "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": sys.version.split()[0],
-            "budget_slack": args.budget_slack, "skipped": skipped, "note": args.note,
-            "command": "OMP_NUM_THREADS=1 python bench/bfcl_bench.py " + " ".join(
-                f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                for k, v in vars(args).items()
-                if k not in ("out", "note", "report_only") and v is not None)}
+    meta = run_meta("bfcl_bench.py", args, budget_slack=args.budget_slack, skipped=skipped)
     if hmm is None and "pgcd+smc" in args.methods:
         meta["pgcd_note"] = "P-GCD+SMC: not run (no distilled HMM given; pass `--hmm DIR`)."
     elif hmm is not None:
@@ -200,20 +227,14 @@ def main() -> None:
                          "resampling_steps": res.stats["resampling_steps"], "text": text})
             print(f"{q['id']} N={N} {name:14s} valid={valid} {dt:6.1f}s logG={res.log_G:8.2f} "
                   f"ll={ll:8.2f} {text!r}", flush=True)
-        save(rows, meta, out)  # after every question: a killed run keeps its rows
-    save(rows, meta, out)
+        save_rows(out, meta, rows)  # after every question: a killed run keeps its rows
+    save_rows(out, meta, rows)  # the questions skipped after the last one run
     print(write_report(out))
-
-
-def save(rows: list[dict], meta: dict, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
 def write_report(out: Path) -> str:
     """bench/results/<out>.md from <out>.json (``--report-only`` re-renders it)."""
-    data = json.loads(out.with_suffix(".json").read_text())
-    meta, rows = data["meta"], data["rows"]
+    meta, rows = load_rows(out)
     qids = list(dict.fromkeys(r["id"] for r in rows))
     lines = ["# BFCL function calls on SmolLM2-135M-Instruct at a tight budget", "",
              f"Command: `{meta['command']}`  ",
@@ -257,7 +278,7 @@ def write_report(out: Path) -> str:
                       if r["id"] in base and np.isfinite(r["log_G"])])
         lines.append(
             f"| {name} | {len(sub)} | {sum(r['valid'] for r in sub)}/{len(sub)} | "
-            f"{np.median(t):.2f} | {np.percentile(t, 90):.2f} | "
+            f"{np.median(t):.2f} | {quantile(t, 0.9):.2f} | "
             f"{np.median([r['lm_calls'] for r in sub]):.0f} | "
             f"{ll.mean() if ll.size else float('nan'):.2f} | "
             f"{np.median(ll) if ll.size else float('nan'):.2f} | "

@@ -29,16 +29,21 @@ import argparse
 import json
 import os
 import pickle
-import platform
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(os.environ.get("TRACTABLE_FIXTURES", ROOT / "fixtures"))
+from harness import (
+    RESULTS,
+    load_vocabulary,
+    machine,
+    quantile,
+    tokenizer_path,
+    utc_now,
+    versions,
+    write_result,
+)
 
 KEYWORDS = [
     "SELECT", "FROM", "WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "OFFSET", "JOIN", "INNER",
@@ -63,19 +68,22 @@ REGEXES = {
 ENGINES = ("tractable", "xgrammar", "outlines_core")
 
 
-def _tok_path(vocab: str) -> Path:
-    p = FIXTURES / "tokenizers" / vocab / "tokenizer.json"
-    if not p.exists():
-        sys.exit(f"missing {p}: run python scripts/fetch_fixtures.py")
-    return p
+def _meta(**extra) -> dict:
+    """The header of a result file: command, date, machine, versions (+ ``extra``)."""
+    return {
+        "command": "python bench/compile_bench.py " + " ".join(sys.argv[1:]),
+        "date": utc_now(),
+        "machine": machine(),
+        "versions": versions("tractable", "torch", "numpy", "xgrammar", "outlines_core",
+                             "transformers"),
+        **extra,
+    }
 
 
 def _child(engine: str, vocab_name: str, reps: int) -> dict:
-    from tractable.fsa.vocabulary import TokenVocabulary
-
-    path = _tok_path(vocab_name)
+    path = tokenizer_path(vocab_name)
     t0 = time.perf_counter()
-    tv = TokenVocabulary.from_tokenizer_file(path)
+    tv = load_vocabulary(path)
     out: dict = {"engine": engine, "vocab": vocab_name, "vocab_size": tv.size, "regexes": {}}
     if engine == "tractable":
         from tractable.fsa.automaton import TokenAutomaton
@@ -169,10 +177,9 @@ def _repetition_child(case: str, n: int, periodic: bool) -> dict:
     from tractable.fsa.automaton import TokenAutomaton
     from tractable.fsa.json_schema import compile_json_schema
     from tractable.fsa.regex import regex_to_nfa
-    from tractable.fsa.vocabulary import TokenVocabulary
 
     warnings.simplefilter("ignore")
-    tv = TokenVocabulary.from_tokenizer_file(_tok_path("llama3"))
+    tv = load_vocabulary("llama3")
     lift._USE_PERIODIC = periodic
     spec, canonical = REPETITION_CASES[case]
     if canonical is None:
@@ -211,14 +218,7 @@ def _repetition(args) -> int:
                                  "error": proc.stderr[-500:]})
                     continue
                 runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    meta = {
-        "command": "python bench/compile_bench.py " + " ".join(sys.argv[1:]),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-        "versions": _versions(),
-    }
-    out = ROOT / "bench" / "results" / "compile_repetition"
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=1))
+    meta = _meta()
     lines = [
         "# Compile time of bounded repetition vs the bound (Llama-3)",
         "",
@@ -259,27 +259,10 @@ def _repetition(args) -> int:
             lines.append(f"| {case} | {n} | {p.get('states', q.get('states', '–'))} | "
                          f"{p.get('edges', q.get('edges', '–'))} | {cell(p)} | {cell(q)} | "
                          f"{sp} | {rel} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print(out.with_suffix(".md").read_text())
+    md = "\n".join(lines) + "\n"
+    write_result(RESULTS / "compile_repetition", md, {"meta": meta, "runs": runs}, echo=False)
+    print(md)
     return 0
-
-
-def _versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    v = {"python": platform.python_version()}
-    for pkg in ("tractable", "torch", "numpy", "xgrammar", "outlines_core", "transformers"):
-        try:
-            v[pkg] = version(pkg.replace("_", "-"))
-        except PackageNotFoundError:
-            v[pkg] = "not installed"
-    return v
-
-
-def _pct(xs, q):
-    xs = sorted(xs)
-    k = min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))
-    return xs[k]
 
 
 def main() -> int:
@@ -287,7 +270,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--vocabs", nargs="+", default=["llama3", "qwen3"])
     ap.add_argument("--engines", nargs="+", default=list(ENGINES))
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "compile_regex"))
+    ap.add_argument("--out", default=str(RESULTS / "compile_regex"))
     ap.add_argument("--child", nargs=2, metavar=("ENGINE", "VOCAB"), help=argparse.SUPPRESS)
     ap.add_argument("--repetition", action="store_true",
                     help="bounded repetition vs its bound (bench/results/compile_repetition)")
@@ -318,17 +301,10 @@ def main() -> int:
                 runs.append({"engine": engine, "vocab": vocab, "error": proc.stderr[-500:]})
                 continue
             runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    meta = {
-        "command": "python bench/compile_bench.py " + " ".join(sys.argv[1:]),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-        "versions": _versions(),
-        "regexes": REGEXES,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out + ".json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=1))
-    Path(args.out + ".md").write_text(_report(meta, runs))
-    print(Path(args.out + ".md").read_text())
+    meta = _meta(regexes=REGEXES)
+    md = _report(meta, runs)
+    write_result(args.out, md, {"meta": meta, "runs": runs}, echo=False)
+    print(md)
     return 0
 
 
@@ -370,7 +346,7 @@ def _report(meta: dict, runs: list[dict]) -> str:
                 extra = f" ({x['states']} states, {x['edges']} edges)" if "states" in x else ""
                 lines.append(
                     f"| {vocab} | {name} | {engine} | {1e3 * m:.2f} | "
-                    f"{1e3 * _pct(x['seconds'], 0.9):.2f} | {x['bytes'] / 1024:.0f}{extra} | "
+                    f"{1e3 * quantile(x['seconds'], 0.9):.2f} | {x['bytes'] / 1024:.0f}{extra} | "
                     f"{vs_x} | {vs_o} |"
                 )
     lines += ["", "Vocabulary set-up (once per tokenizer, not included above):", ""]

@@ -25,17 +25,25 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import platform
 import re
-import signal
 import statistics
 import sys
 import time
 import warnings
-from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import (
+    RESULTS,
+    ROOT,
+    BenchTimeout,
+    machine,
+    quantile,
+    save_json,
+    time_limit,
+    utc_now,
+    versions,
+)
+
 sys.path.insert(0, str(ROOT / "tests" / "fsa"))
 sys.path.insert(0, str(ROOT / "tests" / "fsa" / "json_schema"))
 
@@ -45,25 +53,14 @@ from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
-class _Hang(Exception):
-    pass
-
-
-def _alarm(_sig, _frame):
-    raise _Hang()
-
-
 def _timed(fn, limit_s: float, what: dict) -> dict:
     """``fn()``'s record, or a hang record once ``limit_s`` seconds have passed."""
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, limit_s)
     t0 = time.perf_counter()
     try:
-        return fn()
-    except _Hang:
+        with time_limit(limit_s):
+            return fn()
+    except BenchTimeout:
         return dict(what, status="hang", seconds=time.perf_counter() - t0, checks=0)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _construct(error: str) -> str:
@@ -74,38 +71,33 @@ def _construct(error: str) -> str:
     return f"{head}: {m.group(1)}" if m else head
 
 
-def run_regex(n: int, limit_s: float, rng_seed: int) -> list[dict]:
+def _fuzz(n: int, limit_s: float, rng_seed: int, key: str, check, subject, samples) -> list[dict]:
+    """``n`` seeded examples (``subject``, ``samples``, an int seed), each ``check``-ed under
+    :func:`_timed`; the records, each naming its subject under ``key``."""
     recs: list[dict] = []
     cfg = settings(max_examples=n, deadline=None, database=None,
                    suppress_health_check=list(HealthCheck))
 
     @seed(rng_seed)
     @cfg
-    @given(st.one_of(FR.regexes(), FR.regexes(), FR.garbage()),
-           st.lists(FR.texts(), min_size=1, max_size=8), st.integers(0, 2**16))
-    def prop(pattern, samples, s):
-        recs.append(_timed(lambda: FR.check_regex(pattern, samples, s), limit_s,
-                           {"pattern": pattern}))
+    @given(subject, samples, st.integers(0, 2**16))
+    def prop(x, xs, s):
+        recs.append(_timed(lambda: check(x, xs, s), limit_s, {key: x}))
 
     prop()
     return recs
+
+
+def run_regex(n: int, limit_s: float, rng_seed: int) -> list[dict]:
+    return _fuzz(n, limit_s, rng_seed, "pattern", FR.check_regex,
+                 st.one_of(FR.regexes(), FR.regexes(), FR.garbage()),
+                 st.lists(FR.texts(), min_size=1, max_size=8))
 
 
 def run_schema(n: int, limit_s: float, rng_seed: int) -> list[dict]:
-    recs: list[dict] = []
-    cfg = settings(max_examples=n, deadline=None, database=None,
-                   suppress_health_check=list(HealthCheck))
-
-    @seed(rng_seed)
-    @cfg
-    @given(FJ.schemas(), st.lists(FJ.instances(), min_size=1, max_size=6),
-           st.integers(0, 2**16))
-    def prop(schema, xs, s):
-        recs.append(_timed(lambda: FJ.check_schema(schema, xs, seed=s), limit_s,
-                           {"schema": schema}))
-
-    prop()
-    return recs
+    return _fuzz(n, limit_s, rng_seed, "schema",
+                 lambda schema, xs, s: FJ.check_schema(schema, xs, seed=s),
+                 FJ.schemas(), st.lists(FJ.instances(), min_size=1, max_size=6))
 
 
 def summarize(recs: list[dict], kind: str) -> dict:
@@ -123,7 +115,7 @@ def summarize(recs: list[dict], kind: str) -> dict:
         "refused_by_construct": dict(collections.Counter(
             _construct(r["error"]) for r in recs if r["status"] == "refused").most_common()),
         "median_s": statistics.median(secs) if secs else 0.0,
-        "p90_s": secs[int(0.9 * (len(secs) - 1))] if secs else 0.0,
+        "p90_s": quantile(secs, 0.9) if secs else 0.0,
         "max_s": secs[-1] if secs else 0.0,
     }
     if kind == "regex":
@@ -147,18 +139,6 @@ def summarize(recs: list[dict], kind: str) -> dict:
     return out
 
 
-def _versions() -> dict:
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for p in ("hypothesis", "jsonschema", "torch", "numpy"):
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            out[p] = None
-    return out
-
-
 HEADER = "\n".join([
     "| front end | examples | checks | untyped exceptions | hangs | accepted-invalid "
     "| rejected-valid (bug) | rejected-valid (documented subset) | refused (typed) "
@@ -167,8 +147,7 @@ HEADER = "\n".join([
 
 
 def write(results: dict, out: Path, command: str) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1, default=str))
+    save_json(out.with_suffix(".json"), results, indent=1)  # creates out.parent
     rows = []
     for kind in ("regex", "json_schema"):
         s = results[kind]
@@ -239,16 +218,15 @@ def main(argv=None) -> int:
     ap.add_argument("--schema-examples", type=int, default=300)
     ap.add_argument("--limit-s", type=float, default=FJ.EXAMPLE_LIMIT_S)
     ap.add_argument("--seed", type=int, default=23)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "front_end_fuzz")
+    ap.add_argument("--out", type=Path, default=RESULTS / "front_end_fuzz")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     t0 = time.time()
     results = {
         "seed": args.seed, "limit_s": args.limit_s,
-        "machine": f"{platform.machine()}, {platform.processor() or platform.system()}, "
-                   f"{__import__('os').cpu_count()} CPUs",
-        "versions": _versions(),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "versions": versions("hypothesis", "jsonschema", "torch", "numpy"),
+        "date": utc_now(),
     }
     results["regex"] = summarize(run_regex(args.regex_examples, args.limit_s, args.seed),
                                  "regex")

@@ -15,50 +15,38 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import platform
-import signal
 import statistics
 import sys
 import time
 import warnings
-from contextlib import contextmanager
-from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "data"
-OUT = ROOT / "bench" / "results"
-TOK = ROOT / "fixtures" / "tokenizers" / "llama3" / "tokenizer.json"
+from harness import (
+    RESULTS,
+    ROOT,
+    SHARED,
+    BenchTimeout,
+    load_json,
+    load_vocabulary,
+    machine,
+    quantile,
+    save_json,
+    time_limit,
+    tokenizer_path,
+    utc_now,
+    versions,
+)
+
+DATA = SHARED
+OUT = RESULTS
 GDATA = ROOT / "tests" / "data" / "grammars"
 
 
-class Timeout(Exception):
-    pass
-
-
-@contextmanager
-def time_limit(seconds: int):
-    def handler(signum, frame):
-        raise Timeout()
-
-    old = signal.signal(signal.SIGALRM, handler)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def header(cmd: str) -> str:
-    import lark
-
-    from tractable import __version__
-
+    ver = ", ".join(f"{k} {v}" for k, v in versions("tractable", "lark").items())
     return (
-        f"- command: `{cmd}`\n- machine: {platform.machine()}, {platform.processor() or 'cpu'}, "
-        f"Python {platform.python_version()}, shared 2-core box (timings noisy)\n"
-        f"- versions: tractable {__version__}, lark {lark.__version__}\n- date: {date.today()}\n"
+        f"- command: `{cmd}`\n- machine: {machine()}, shared 2-core box (timings noisy)\n"
+        f"- versions: {ver}\n- date: {utc_now()}\n"
     )
 
 
@@ -70,18 +58,12 @@ def grammar_files() -> list[Path]:
     return sorted(out)
 
 
-def pct(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
-
-
 # --------------------------------------------------------------------------- coverage
 
 
 def coverage_one(args) -> None:
     """One grammar (run in a subprocess by ``coverage``): prints its row as JSON."""
     from tractable.fsa.errors import TractableError
-    from tractable.fsa.vocabulary import TokenVocabulary
 
     from tractable.grammar import Checker, compile_grammar, parse_grammar
 
@@ -100,7 +82,7 @@ def coverage_one(args) -> None:
         row["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(row))
         return
-    vocab = TokenVocabulary.from_tokenizer_file(TOK)
+    vocab = load_vocabulary("llama3")
     for mode, depths in (("over", [0]), ("under", [2, 1, 0])):
         for k in depths:
             try:
@@ -118,7 +100,7 @@ def coverage_one(args) -> None:
                     "seconds": time.perf_counter() - t,
                 }
                 break
-            except Timeout:
+            except BenchTimeout:
                 row[mode] = {"error": f"over {args.limit}s at depth {k}"}
             except (TractableError, MemoryError) as e:
                 row[mode] = {"error": f"{type(e).__name__}: {e}"[:160]}
@@ -151,8 +133,7 @@ def coverage(args) -> None:
             row = {"grammar": rel, "error": f"timeout {4 * args.limit}s"}
         rows.append(row)
         print("  ", {k: v for k, v in row.items() if k in ("over", "under", "error")}, flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "grammar_coverage.json").write_text(json.dumps(rows, indent=1))
+    save_json(OUT / "grammar_coverage.json", rows)
     lines = [
         "# Grammar coverage: every grammar in shared/data, both approximations, Llama-3 vocabulary",
         "",
@@ -208,8 +189,7 @@ def under_samples(args) -> None:
     depths = [int(x) for x in args.depths.split(",")]
     old_rows: dict = {}
     if args.only:  # re-run some grammars, keep the other rows of the last run
-        prev = OUT / "grammar_under_samples.json"
-        old_rows = {r["grammar"]: r for r in json.loads(prev.read_text())}
+        old_rows = {r["grammar"]: r for r in load_json(OUT / "grammar_under_samples.json", [])}
     rows = []
     for path in grammar_files():
         rel = str(path.relative_to(DATA))
@@ -254,14 +234,14 @@ def under_samples(args) -> None:
                                             if not N.matches(over, s)]
         except _Skip:
             pass
-        except Timeout:
+        except BenchTimeout:
             row["error"] = f"over {args.limit}s"
         except (TractableError, RecursionError, MemoryError) as e:
             row["error"] = f"{type(e).__name__}: {e}"[:160]
         row["seconds"] = time.perf_counter() - t
         rows.append(row)
         print(rel, {k: v for k, v in row.items() if k != "grammar"}, flush=True)
-    (OUT / "grammar_under_samples.json").write_text(json.dumps(rows, indent=1))
+    save_json(OUT / "grammar_under_samples.json", rows)
     lines = ["# Strings sampled from the `under` automata vs the exact checker", "",
              header(f"python bench/grammar_bench.py samples --samples {args.samples}"),
              "Per grammar: the `under` byte NFA at the first depth tried (2, 1, 0; rows re-run "
@@ -354,7 +334,7 @@ def gold(args) -> None:
             "under": under,
         }
         print(gpath, len(items), len(rejected), len(over_rej), under, flush=True)
-    (OUT / "grammar_gold.json").write_text(json.dumps(res, indent=1))
+    save_json(OUT / "grammar_gold.json", res)
     lines = ["# Real sentences vs the exact checker and the approximations", "",
              header("python bench/grammar_bench.py gold"),
              "| grammar | sentences | rejected by checker | rejected by over (byte NFA) | "
@@ -399,12 +379,11 @@ def sql_states(args) -> None:
     from tractable.fsa.automaton import TokenAutomaton
     from tractable.fsa.errors import TractableError
     from tractable.fsa.grammar.approx import subset_construction
-    from tractable.fsa.vocabulary import TokenVocabulary
 
     from tractable.grammar import grammar_to_nfa, parse_grammar
 
     resource.setrlimit(resource.RLIMIT_AS, (args.mem_gb << 30, args.mem_gb << 30))
-    vocab = TokenVocabulary.from_tokenizer_file(TOK)
+    vocab = load_vocabulary("llama3")
     g = parse_grammar((DATA / "spider/grammars/cars_spider_sql.lark").read_text())
     rows = []
     for mode, k in [("over", 0)] + [("under", d) for d in args.sql_depths]:
@@ -443,7 +422,7 @@ def sql_states(args) -> None:
                 row["token_nfa_states"], row["token_nfa_edges"] = A.num_states, A.num_edges
                 row["token_nfa_s"] = time.perf_counter() - t
                 del A
-            except Timeout:
+            except BenchTimeout:
                 row["token_nfa_error"] = f"> {args.limit * 3} s"
             except MemoryError:
                 row["token_nfa_error"] = (f"out of memory ({args.mem_gb} GiB) after "
@@ -451,7 +430,7 @@ def sql_states(args) -> None:
             gc.collect()
         rows.append(row)
         print(row, flush=True)
-    (OUT / "grammar_sql_states.json").write_text(json.dumps(rows, indent=1))
+    save_json(OUT / "grammar_sql_states.json", rows)
 
     def f(x):
         return f"{x:.1f}" if isinstance(x, float) else str(x)
@@ -515,6 +494,21 @@ def side_by_side(text: str, syntax: str, sentences: list[str], tok, hf, lt) -> d
 
     from tractable.grammar import Checker, parse_grammar
 
+    def time_masks(new_matcher, fill, accept) -> tuple[list[float], list[str]]:
+        """Seconds per ``fill(m)`` over every token of every sentence, and the sentences whose
+        token ``accept(m, i)`` refused (each walked by a fresh ``new_matcher()``)."""
+        xs, rejected = [], []
+        for x, ids, _ in seqs:
+            m = new_matcher()
+            for i in ids:
+                t = time.perf_counter()
+                fill(m)
+                xs.append(time.perf_counter() - t)
+                if not accept(m, i):
+                    rejected.append(x)
+                    break
+        return xs, rejected
+
     c = Checker(text, syntax=syntax)
     ok = [x for x in sentences if c.accepts(x)]
     seqs = []
@@ -551,19 +545,11 @@ def side_by_side(text: str, syntax: str, sentences: list[str], tok, hf, lt) -> d
         out["llguidance_compile_s"] = time.perf_counter() - t
         if m0.is_error():
             raise RuntimeError(m0.get_error())
-        xs, rejected = [], []
         buf = np.zeros((1, (lt.vocab_size + 31) // 32), dtype=np.int32)
-        for x, ids, _ in seqs:
-            m = llguidance.LLMatcher(lt, grm)
-            for i in ids:
-                t = time.perf_counter()
-                llguidance.numpy.fill_next_token_bitmask(m, buf, 0)
-                xs.append(time.perf_counter() - t)
-                if not m.consume_token(i):
-                    rejected.append(x)
-                    break
-        out["llguidance"] = xs
-        out["llguidance_rejected"] = rejected
+        out["llguidance"], out["llguidance_rejected"] = time_masks(
+            lambda: llguidance.LLMatcher(lt, grm),
+            lambda m: llguidance.numpy.fill_next_token_bitmask(m, buf, 0),
+            lambda m, i: m.consume_token(i))
     except Exception as e:  # noqa: BLE001 - record why the peer could not run
         out["llguidance_error"] = f"{type(e).__name__}: {e}"[:300]
     try:
@@ -581,18 +567,9 @@ def side_by_side(text: str, syntax: str, sentences: list[str], tok, hf, lt) -> d
         cg = xgr.GrammarCompiler(info).compile_grammar(gbnf)
         out["xgrammar_compile_s"] = time.perf_counter() - t
         mask = xgr.allocate_token_bitmask(1, info.vocab_size)
-        xs, rejected = [], []
-        for x, ids, _ in seqs:
-            m = xgr.GrammarMatcher(cg)
-            for i in ids:
-                t = time.perf_counter()
-                m.fill_next_token_bitmask(mask)
-                xs.append(time.perf_counter() - t)
-                if not m.accept_token(i):
-                    rejected.append(x)
-                    break
-        out["xgrammar"] = xs
-        out["xgrammar_rejected"] = rejected
+        out["xgrammar"], out["xgrammar_rejected"] = time_masks(
+            lambda: xgr.GrammarMatcher(cg), lambda m: m.fill_next_token_bitmask(mask),
+            lambda m, i: m.accept_token(i))
     except Exception as e:  # noqa: BLE001
         out["xgrammar_error"] = f"{type(e).__name__}: {e}"[:300]
     return out
@@ -603,8 +580,9 @@ def cost(args) -> None:
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer.from_file(str(TOK))
-    hf = PreTrainedTokenizerFast(tokenizer_file=str(TOK))
+    path = str(tokenizer_path("llama3"))
+    tok = Tokenizer.from_file(path)
+    hf = PreTrainedTokenizerFast(tokenizer_file=path)
     lt = llguidance.hf.from_tokenizer(hf)
     with gzip.open(GDATA / "spider_dev_gold.txt.gz", "rt") as f:
         gold = [x for x in f.read().split("\n") if x][: args.n]
@@ -621,12 +599,11 @@ def cost(args) -> None:
         res[title] = side_by_side(text, syntax, items, tok, hf, lt)
         print(title, {k: (len(v) if isinstance(v, list) else v) for k, v in res[title].items()},
               flush=True)
-    (OUT / "grammar_cost.json").write_text(json.dumps(res))
-    from importlib.metadata import version
-
+    save_json(OUT / "grammar_cost.json", res, indent=None)
+    peers = versions("llguidance", "xgrammar")
     lines = ["# Exact checker cost per token, side by side with llguidance and xgrammar masks", "",
              header(f"python bench/grammar_bench.py cost --n {args.n}")
-             + f"- peers: llguidance {version('llguidance')}, xgrammar {version('xgrammar')}\n",
+             + f"- peers: llguidance {peers['llguidance']}, xgrammar {peers['xgrammar']}\n",
              "Tokenization: Llama-3 (128,256 tokens); sentences the exact checker accepts and "
              "whose tokens decode back to the same bytes.  Ours: one `Checker.viable(prefix + "
              "token)` per generated token (the incremental step, column cache on).  llguidance / "
@@ -648,7 +625,7 @@ def cost(args) -> None:
             if xs:
                 comp = r.get(f"{key}_compile_s")
                 lines.append(f"| {name} | {len(xs)} | {1e6 * statistics.median(xs):.0f} | "
-                             f"{1e6 * pct(xs, 0.9):.0f} | "
+                             f"{1e6 * quantile(xs, 0.9):.0f} | "
                              f"{'' if comp is None else f'{comp:.1f}'} | "
                              f"{len(r.get(key + '_rejected', []))} |")
             elif key + "_error" in r:
@@ -725,11 +702,12 @@ def limits(args) -> None:
     """Each hostile grammar in a fresh subprocess (4 GiB address space, --limit seconds)."""
     import subprocess
 
+    tok = str(tokenizer_path("llama3"))
     rows = []
     for case, (expr, what) in LIMIT_CASES.items():
         t = time.perf_counter()
         try:
-            p = subprocess.run([sys.executable, "-c", _LIMIT_CHILD, expr, what, str(TOK)],
+            p = subprocess.run([sys.executable, "-c", _LIMIT_CHILD, expr, what, tok],
                                capture_output=True, text=True, timeout=args.limit, cwd=ROOT)
             last = (p.stdout.strip().splitlines() or ["{}"])[-1]
             r = json.loads(last) if last.startswith("{") else {"out": "crash: " + p.stderr[-200:]}
@@ -738,7 +716,7 @@ def limits(args) -> None:
         r.update(case=case, wall_s=time.perf_counter() - t, before=LIMITS_BEFORE[case])
         rows.append(r)
         print(json.dumps(r), flush=True)
-    (OUT / "grammar_limits.json").write_text(json.dumps(rows, indent=1))
+    save_json(OUT / "grammar_limits.json", rows)
     lines = ["# Hostile grammars: time and peak memory (issue 23)", "",
              header(f"python bench/grammar_bench.py limits --limit {args.limit}"),
              "Each case in a fresh subprocess (4 GiB address space).  `s` = the call itself "

@@ -22,24 +22,17 @@ oversubscribed, and a 2-thread OpenMP barrier under contention is 3× slower tha
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import torch
+from harness import RESULTS, machine, quantile, save_json, utc_now, versions
 
-ROOT = Path(__file__).resolve().parent.parent
 PATTERN = (r'\{"name": "[A-Za-z ]{1,16}", "age": [0-9]{1,3}, '
            r'"email": "[a-z]{1,12}@[a-z]{1,12}\.(com|org|net)", "admin": (true|false)\}')
-
-
-def pct(xs, q):
-    return float(np.percentile(np.asarray(xs), q))
 
 
 def main(argv=None) -> int:
@@ -49,7 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--w", type=float, default=0.5)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "hmm_pgcd_cpu"))
+    ap.add_argument("--out", default=str(RESULTS / "hmm_pgcd_cpu"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -114,8 +107,8 @@ def main(argv=None) -> int:
         med, lm_med = statistics.median(steps), statistics.median(lm_times)
         all_lm += lm_times
         row = {"H": H, "precompute_s": pre_s, "step_median_ms": med * 1e3,
-               "step_p90_ms": pct(steps, 90) * 1e3, "steps": len(steps),
-               "lm_step_median_ms": lm_med * 1e3, "lm_step_p90_ms": pct(lm_times, 90) * 1e3,
+               "step_p90_ms": quantile(steps, 0.9) * 1e3, "steps": len(steps),
+               "lm_step_median_ms": lm_med * 1e3, "lm_step_p90_ms": quantile(lm_times, 0.9) * 1e3,
                "ratio_to_lm_step": med / lm_med,
                "ratio_per_step_median": statistics.median(
                    [a / b for a, b in zip(steps, lm_times)]),
@@ -130,35 +123,41 @@ def main(argv=None) -> int:
 
     info = {
         "command": "python bench/hmm_bench.py " + " ".join(argv or sys.argv[1:]),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s), "
-                   "2 shared cores (other jobs running), no GPU",
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "date": utc_now(),
+        "machine": machine(torch.get_num_threads(), note="shared machine (other jobs running)"),
+        "versions": versions("torch"),
         "pattern": PATTERN, "budget": args.budget, "w": args.w,
         "automaton": {"states": A.num_states, "edges": A.num_edges, "label_sets": A.num_labels,
                       "token_classes": prod0.K if prod0 else None, "compile_s": compile_s},
         "vocab_size": vocab.size,
-        "lm_step_median_ms": lm_med * 1e3, "lm_step_p90_ms": pct(lm_times, 90) * 1e3,
+        "lm_step_median_ms": lm_med * 1e3, "lm_step_p90_ms": quantile(lm_times, 0.9) * 1e3,
         "lm_step_times_s": lm_times, "rows": rows,
     }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(info, indent=1))
+    save_json(out.with_suffix(".json"), info)
+    out.with_suffix(".md").write_text(report(info))
+    print(out.with_suffix(".md").read_text())
+    return 0
+
+
+def report(info: dict) -> str:
+    """The markdown of ``hmm_pgcd_cpu.md`` from the run's ``info`` (its json)."""
+    auto, rows = info["automaton"], info["rows"]
     md = [
         "# P-GCD step cost on CPU (ratio to one SmolLM2-135M forward step)",
         "",
         f"Command: `{info['command']}`  ",
         f"Date: {info['date']}  ",
         f"Machine: {info['machine']}  ",
-        f"Versions: torch {torch.__version__}, Python {platform.python_version()}  ",
-        f"Automaton: regex `{PATTERN}` over SmolLM2 (V = {vocab.size}): "
-        f"{A.num_states} states, {A.num_edges} edges, {A.num_labels} label sets, "
-        f"{info['automaton']['token_classes']} token classes; budget n = {args.budget}, "
-        f"w = {args.w}; random HMM parameters.",
+        f"Versions: torch {info['versions']['torch']}, Python {info['versions']['python']}  ",
+        f"Automaton: regex `{info['pattern']}` over SmolLM2 (V = {info['vocab_size']}): "
+        f"{auto['states']} states, {auto['edges']} edges, {auto['label_sets']} label sets, "
+        f"{auto['token_classes']} token classes; budget n = {info['budget']}, "
+        f"w = {info['w']}; random HMM parameters.",
         "",
-        f"SmolLM2 forward step (KV cache, batch 1), all H pooled: median {lm_med * 1e3:.1f} ms, "
-        f"p90 {pct(lm_times, 90) * 1e3:.1f} ms (one LM step is timed right before each P-GCD "
-        "step, so both see the same load).",
+        f"SmolLM2 forward step (KV cache, batch 1), all H pooled: median "
+        f"{info['lm_step_median_ms']:.1f} ms, p90 {info['lm_step_p90_ms']:.1f} ms (one LM step "
+        "is timed right before each P-GCD step, so both see the same load).",
         "",
         "| H | precompute (Step 1, once) s | = LM steps | P-GCD step median ms | p90 ms | "
         "LM step median ms (interleaved) | p90 ms | step / LM step (medians) | "
@@ -174,9 +173,7 @@ def main(argv=None) -> int:
            "+ the proposal. Raw numbers: `hmm_pgcd_cpu.json`. The paper reports 3.1× (H=1024) to "
            "10.2× (H=16,384) total slowdown on an H100; these are CPU numbers on a loaded "
            "2-core machine and only the ratios are meaningful."]
-    out.with_suffix(".md").write_text("\n".join(md) + "\n")
-    print(out.with_suffix(".md").read_text())
-    return 0
+    return "\n".join(md) + "\n"
 
 
 if __name__ == "__main__":

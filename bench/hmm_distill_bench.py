@@ -28,20 +28,17 @@ cached in the json, so a rerun (e.g. after a kill) only does what is missing.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
-import platform
 import sys
 import time
-from pathlib import Path
 
 import torch
+from harness import RESULTS, ROOT, SHARED, load_json, machine, save_json, utc_now, versions
 
-ROOT = Path(__file__).resolve().parent
-OUT = ROOT / "results" / "hmm_distillation"
-BFCL = Path("/work/shared/data/bfcl_function_calling/BFCL_v4_simple_python.json")
-CACHE = ROOT.parent / ".cache" / "hmm_distill_bench"
+OUT = RESULTS / "hmm_distillation"
+BFCL = SHARED / "bfcl_function_calling" / "BFCL_v4_simple_python.json"
+CACHE = ROOT / ".cache" / "hmm_distill_bench"
 
 YESNO = [
     "Is the sky blue?", "Is grass green?", "Is the sun a star?", "Can fish fly?",
@@ -78,24 +75,20 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    res = json.loads(OUT.with_suffix(".json").read_text()) if OUT.with_suffix(
-        ".json").exists() else {}
+    res = load_json(OUT.with_suffix(".json"), {})
     res.setdefault("runs", {})
     res.setdefault("tasks", {})
     if args.report_only:
         write_report(res)
         return
     res["meta"] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": platform.platform(), "python": platform.python_version(),
-        "torch": torch.__version__, "threads": args.threads,
-        "machine_note": "shared 2-core CPU VM, no GPU, ~8 other jobs running (load 8-11)",
+        "date": utc_now(), "machine": machine(), **versions("torch"), "threads": args.threads,
+        "machine_note": "shared machine, other jobs running",
         "command": "OMP_NUM_THREADS=1 python bench/hmm_distill_bench.py " + " ".join(sys.argv[1:]),
     }
 
     def save():
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.with_suffix(".json").write_text(json.dumps(res, indent=1))
+        save_json(OUT.with_suffix(".json"), res)
 
     from tractable.hmm.distill import bigram_heldout_ll
     from tractable.hmm.em import fit, smoothed_unigram

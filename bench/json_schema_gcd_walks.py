@@ -42,22 +42,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
-import platform
-import queue
 import statistics
-import subprocess
-import sys
-import threading
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-DATA = Path("/work/shared/data/jsonschemabench")
-OUT = ROOT / "bench" / "results"
-TOKENIZER = ROOT / "fixtures" / "tokenizers" / "llama3" / "tokenizer.json"
+from harness import (
+    RESULTS,
+    ROOT,
+    BenchTimeout,
+    WorkerProcess,
+    command_line,
+    git_commit,
+    load_vocabulary,
+    machine,
+    run_threads,
+    save_json,
+    time_limit,
+    utc_now,
+    versions,
+)
+from jsonschemabench_coverage import DATA, load
+
+OUT = RESULTS
 SUBSETS = ["Github_trivial", "Github_easy", "Github_medium", "Github_hard", "Glaiveai2K",
            "Kubernetes", "Snowplow", "WashingtonPost", "JsonSchemaStore"]
 UNIQUE_GROUP = "JsonSchemaStore+uniqueItems"
@@ -95,10 +100,6 @@ def without_unique(node, in_map: bool = False):
 
 
 # ---------------------------------------------------------------- worker side
-
-
-def _alarm(*_):
-    raise TimeoutError
 
 
 def _budgets(m: int) -> list[tuple[str, int]]:
@@ -163,7 +164,6 @@ def _walk(A, vocab, schema, rng, r: int) -> dict:
 
 def _task(vocab, rec: dict, lang: str, walks: int, timeout: int, walk_timeout: int) -> dict:
     import random
-    import signal
     import warnings
 
     from tractable.fsa.errors import (
@@ -176,15 +176,13 @@ def _task(vocab, rec: dict, lang: str, walks: int, timeout: int, walk_timeout: i
 
     out = {"id": rec["id"], "group": rec["group"], "lang": lang,
            "unique_items": has_unique(rec["schema"])}
-    signal.signal(signal.SIGALRM, _alarm)
     t0 = time.perf_counter()
-    signal.alarm(timeout)
     try:
-        with warnings.catch_warnings(record=True) as w:
+        with time_limit(timeout), warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             A = compile_json_schema(rec["schema"], vocab, **LANGS[lang])
         out["warnings"] = sorted({str(x.message)[:200] for x in w})
-    except TimeoutError:
+    except BenchTimeout:
         out.update(status="timeout", why=f"compile > {timeout} s")
         return out
     except UnsupportedSchemaError as e:
@@ -205,8 +203,6 @@ def _task(vocab, rec: dict, lang: str, walks: int, timeout: int, walk_timeout: i
     except Exception as e:  # noqa: BLE001 - a bug, reported
         out.update(status="error", why=f"{type(e).__name__}: {e}"[:300])
         return out
-    finally:
-        signal.alarm(0)
     out["compile_seconds"] = round(time.perf_counter() - t0, 3)
     out["automaton"] = ("UniqueItemsAutomaton" if isinstance(A, UniqueItemsAutomaton)
                         else type(A).__name__)
@@ -216,27 +212,25 @@ def _task(vocab, rec: dict, lang: str, walks: int, timeout: int, walk_timeout: i
     out["status"] = "compiled"
     out["walks"] = []
     t1 = time.perf_counter()
-    signal.alarm(walk_timeout)
     try:
-        for kind, r in _budgets(m):
-            for k in range(walks):
-                rng = random.Random(f"{rec['id']}|{lang}|{r}|{k}")
-                try:
-                    wr = _walk(A, vocab, rec["schema"], rng, r)
-                except TimeoutError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - a bug, reported
-                    wr = {"budget": r, "end": "error", "schema_valid": False,
-                          "valid_json": None, "tokens": None,
-                          "message": f"{type(e).__name__}: {e}"[:400], "text": ""}
-                wr.update(budget_kind=kind, walk=k)
-                out["walks"].append(wr)
-    except TimeoutError:
+        with time_limit(walk_timeout):
+            for kind, r in _budgets(m):
+                for k in range(walks):
+                    rng = random.Random(f"{rec['id']}|{lang}|{r}|{k}")
+                    try:
+                        wr = _walk(A, vocab, rec["schema"], rng, r)
+                    except BenchTimeout:
+                        raise
+                    except Exception as e:  # noqa: BLE001 - a bug, reported
+                        wr = {"budget": r, "end": "error", "schema_valid": False,
+                              "valid_json": None, "tokens": None,
+                              "message": f"{type(e).__name__}: {e}"[:400], "text": ""}
+                    wr.update(budget_kind=kind, walk=k)
+                    out["walks"].append(wr)
+    except BenchTimeout:
         out["walk_timeout"] = True
     except MemoryError:
         out["walk_memory"] = True
-    finally:
-        signal.alarm(0)
     out["walk_seconds"] = round(time.perf_counter() - t1, 3)
     return out
 
@@ -248,9 +242,8 @@ def _worker(inq, outq, mem_gib: float):
     resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
     from tractable.fsa.json_schema import compile_json_schema
     from tractable.fsa.lift import prepare
-    from tractable.fsa.vocabulary import TokenVocabulary
 
-    vocab = TokenVocabulary.from_tokenizer_file(TOKENIZER)
+    vocab = load_vocabulary("llama3")
     prepare(vocab)
     for opts in LANGS.values():  # the vocabulary's trie walks, cached, outside the time limits
         compile_json_schema({"type": "object", "properties": {
@@ -269,44 +262,10 @@ def _worker(inq, outq, mem_gib: float):
                       "why": f"worker: {type(e).__name__}: {e}"[:300]})
 
 
-class Runner:
-    """One worker process; a task that does not answer in time kills and restarts it."""
-
-    def __init__(self, mem_gib: float):
-        self.mem_gib = mem_gib
-        self._start()
-
-    def _start(self):
-        ctx = mp.get_context("fork")
-        self.inq, self.outq = ctx.Queue(), ctx.Queue()
-        self.p = ctx.Process(target=_worker, args=(self.inq, self.outq, self.mem_gib),
-                             daemon=True)
-        self.p.start()
-
-    def run(self, item, hard_timeout: float) -> dict:
-        rec, lang = item[0], item[1]
-        self.inq.put(item)
-        deadline = time.monotonic() + hard_timeout
-        while True:
-            try:
-                return self.outq.get(timeout=5)
-            except queue.Empty:
-                if self.p.is_alive() and time.monotonic() < deadline:
-                    continue
-                why = (f"worker died (exit code {self.p.exitcode})" if not self.p.is_alive()
-                       else f"no answer in {hard_timeout:.0f} s")
-                self.p.kill()
-                self.p.join()
-                self._start()
-                return {"id": rec["id"], "group": rec["group"], "lang": lang,
-                        "unique_items": has_unique(rec["schema"]), "status": "killed",
-                        "why": why}
-
-    def close(self):
-        self.inq.put(None)
-        self.p.join(timeout=10)
-        if self.p.is_alive():
-            self.p.kill()
+def _killed(worker: WorkerProcess, item) -> dict:
+    rec, lang = item[0], item[1]
+    return {"id": rec["id"], "group": rec["group"], "lang": lang,
+            "unique_items": has_unique(rec["schema"]), "status": "killed", "why": worker.why}
 
 
 # ---------------------------------------------------------------- sample, run, report
@@ -349,8 +308,6 @@ def extract_arrays(recs: list[dict], limit: int, per_schema: int = 2) -> list[di
 
 
 def sample(per_subset: int, n_unique: int, n_arrays: int) -> list[dict]:
-    from jsonschemabench_coverage import load
-
     recs = []
     for sub in SUBSETS:
         for i, rec in enumerate(load(sub, DATA)):
@@ -437,9 +394,8 @@ def write(tasks: list[dict], meta: dict, args) -> None:
     summary = {lang: {"rows": _rows([t for t in tasks if t["lang"] == lang]),
                       "budgets": _budget_rows([t for t in tasks if t["lang"] == lang])}
                for lang in langs}
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "json_schema_gcd_walks.json").write_text(json.dumps(
-        {"meta": meta, "summary": summary, "tasks": tasks}, indent=0, default=str))
+    save_json(OUT / "json_schema_gcd_walks.json",
+              {"meta": meta, "summary": summary, "tasks": tasks}, indent=0)
     L = ["# GCD random walks on JSONSchemaBench, validated with `jsonschema` (issue 19)", "",
          f"Command: `{meta['command']}`  ",
          f"Machine: {meta['machine']}  ",
@@ -555,16 +511,12 @@ def source_state() -> dict:
     workers import them at start-up; other sessions may commit during a run)."""
     import hashlib
 
-    def git(*a):
-        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True,
-                              text=True).stdout.strip()
-
     h = hashlib.sha256()
     for d in ("fsa", "decode", "tractable"):
         for f in sorted((ROOT / d).rglob("*.py")):
             h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
-    return {"head": git("rev-parse", "--short", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--", "fsa", "decode", "tractable")),
+    commit = git_commit()
+    return {"head": commit.removesuffix("+dirty"), "dirty": commit.endswith("+dirty"),
             "digest": h.hexdigest()[:12]}
 
 
@@ -589,38 +541,20 @@ def main() -> None:
               args.timeout, args.walk_timeout) for rec in recs for lang in LANGS]
     print(f"{len(recs)} schemas, {len(items)} tasks", flush=True)
     results: dict[tuple[str, str], dict] = {}
-    lock = threading.Lock()
-    it = iter(items)
     hard = args.timeout + args.walk_timeout + 120
 
-    def work():
-        runner = Runner(args.mem_gib)
-        while True:
-            with lock:
-                item = next(it, None)
-            if item is None:
-                break
-            r = runner.run(item, hard)
-            with lock:
-                results[(r["id"], r["lang"])] = r
-                ws = r.get("walks", [])
-                bad = sum(not w["schema_valid"] for w in ws)
-                print(f"[{len(results)}/{len(items)} {time.perf_counter() - t_start:.0f}s] "
-                      f"{r['lang']} {r['id']}: {r['status']} {r.get('automaton', '')} "
-                      f"m={r.get('min_tokens')} walks={len(ws)} bad={bad} "
-                      f"c={r.get('compile_seconds')} w={r.get('walk_seconds')}", flush=True)
-        runner.close()
+    def record(_item, r):
+        results[(r["id"], r["lang"])] = r
+        ws = r.get("walks", [])
+        bad = sum(not w["schema_valid"] for w in ws)
+        print(f"[{len(results)}/{len(items)} {time.perf_counter() - t_start:.0f}s] "
+              f"{r['lang']} {r['id']}: {r['status']} {r.get('automaton', '')} "
+              f"m={r.get('min_tokens')} walks={len(ws)} bad={bad} "
+              f"c={r.get('compile_seconds')} w={r.get('walk_seconds')}", flush=True)
 
-    threads = [threading.Thread(target=work) for _ in range(max(1, args.jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(items, args.jobs, lambda: WorkerProcess(_worker, args.mem_gib, context="fork"),
+                lambda w, item: w.ask(item, hard, poll=5) or _killed(w, item), record)
     tasks = [results[(rec["id"], lang)] for rec in recs for lang in LANGS]
-
-    import importlib.metadata as md
-
-    import torch
 
     src1 = source_state()
     kills = sum(t["status"] == "killed" for t in tasks)
@@ -630,14 +564,13 @@ def main() -> None:
             f"; they changed during the run: HEAD {src1['head']}, sha256 {src1['digest']} at "
             "the end; the workers imported them at start-up"
             + (f" and at {kills} restarts)" if kills else " and were never restarted)"))
-    cmd = ("OMP_NUM_THREADS=1 python bench/json_schema_gcd_walks.py "
-           + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()))
+    cmd = command_line("json_schema_gcd_walks.py", args)
+    v = versions("torch", "jsonschema")
     meta = {"command": cmd,
-            "machine": f"{platform.machine()}, {mp.cpu_count()} cores (shared CPU VM, other "
-                       "jobs running; no GPU)",
-            "versions": f"python {platform.python_version()}, torch {torch.__version__}, "
-                        f"jsonschema {md.version('jsonschema')}, {ver}",
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(note="shared CPU VM, other jobs running"),
+            "versions": f"python {v['python']}, torch {v['torch']}, "
+                        f"jsonschema {v['jsonschema']}, {ver}",
+            "date": utc_now(),
             "run_seconds": time.perf_counter() - t_start, "source_start": src0,
             "source_end": src1,
             "schemas": [{"id": r["id"], "group": r["group"]} for r in recs]}

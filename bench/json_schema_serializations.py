@@ -17,17 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import platform
-import signal
 import time
-from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "data"
-OUT = ROOT / "bench" / "results"
-SUITES = {"draft2020-12": ROOT / "tests" / "data" / "json_schema_test_suite",
-          "draft7": SHARED / "json_schema_test_suite" / "tests" / "draft7"}
+import harness as H
+
+OUT = H.RESULTS
+SUITES = {"draft2020-12": H.ROOT / "tests" / "data" / "json_schema_test_suite",
+          "draft7": H.SHARED / "json_schema_test_suite" / "tests" / "draft7"}
 SUBSETS = ["Github_easy", "Github_medium", "Glaiveai2K", "Kubernetes", "Snowplow",
            "JsonSchemaStore"]
 LANGS = {"canonical": {"canonical": True}, "every": {"canonical": False}}
@@ -66,39 +63,28 @@ def _suite(name: str, path: Path) -> dict:
     return out
 
 
-def _alarm(*_):
-    raise TimeoutError
-
-
 def _eval(args):
     rec, lang, timeout = args
     import warnings
 
     from tractable.testing.json_schema import evaluate_record
 
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(timeout)
     try:
-        with warnings.catch_warnings():
+        with H.time_limit(timeout), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             r = evaluate_record(rec, 0, styles=True, **LANGS[lang])
-    except TimeoutError:
+    except H.BenchTimeout:
         r = {"id": rec["id"], "status": "timeout"}
-    finally:
-        signal.alarm(0)
     r["lang"] = lang
     return r
 
 
 def _bench(per_subset: int, timeout: int) -> dict:
-    import sys
-
-    sys.path.insert(0, str(ROOT / "bench"))
     from jsonschemabench_coverage import load
 
     recs = []
     for sub in SUBSETS:
-        for i, rec in enumerate(load(sub, SHARED / "jsonschemabench")):
+        for i, rec in enumerate(load(sub, H.SHARED / "jsonschemabench")):
             if i >= per_subset:
                 break
             rec = dict(rec, id=f"{sub}/{rec.get('id', i)}")
@@ -133,21 +119,16 @@ def main() -> None:
     ap.add_argument("--per-subset", type=int, default=40)
     ap.add_argument("--timeout", type=int, default=60)
     args = ap.parse_args()
-    import jsonschema
-    import torch
-
-    import tractable
-
+    v = H.versions("tractable", "torch", "jsonschema")
     res = {"suite": {n: _suite(n, p) for n, p in SUITES.items() if p.exists()},
            "jsonschemabench": _bench(args.per_subset, args.timeout)}
     meta = {"command": "python bench/json_schema_serializations.py "
             f"--per-subset {args.per_subset} --timeout {args.timeout}",
-            "machine": f"{platform.machine()}, {mp.cpu_count()} cores (shared CPU VM, no GPU)",
-            "versions": f"tractable {tractable.__version__}, torch {torch.__version__}, "
-                        f"jsonschema {jsonschema.__version__}, python {platform.python_version()}",
-            "date": date.today().isoformat()}
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "json_schema_serializations.json").write_text(json.dumps(dict(meta, **res), indent=1))
+            "machine": H.machine(note="shared CPU VM"),
+            "versions": f"tractable {v['tractable']}, torch {v['torch']}, "
+                        f"jsonschema {v['jsonschema']}, python {v['python']}",
+            "date": H.utc_now()}
+    H.save_json(OUT / "json_schema_serializations.json", dict(meta, **res))
     md = ["# Every JSON serialization vs the canonical language", "",
           f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}  ",
           f"Versions: {meta['versions']}  ", f"Date: {meta['date']}", "",
@@ -160,9 +141,8 @@ def main() -> None:
                    f"Schemas unsupported: {o['unsupported']} tests; errors: {o['errors']}; "
                    f"{o['seconds']:.0f} s.", "", *_table(o["styles"]), ""]
     for lang, o in res["jsonschemabench"].items():
-        cs = sorted(o["compile_seconds"])
-        med = cs[len(cs) // 2] * 1000 if cs else float("nan")
-        p90 = cs[int(len(cs) * 0.9)] * 1000 if cs else float("nan")
+        cs = o["compile_seconds"]
+        med, p90 = H.quantile(cs, 0.5) * 1000, H.quantile(cs, 0.9) * 1000
         md += [f"## JSONSchemaBench (first {args.per_subset} of {', '.join(SUBSETS)}), "
                f"{lang} language", "", f"Status: {json.dumps(o['status'])}; byte-NFA compile "
                f"median {med:.1f} ms, p90 {p90:.1f} ms (no token lift).", "",

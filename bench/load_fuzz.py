@@ -18,19 +18,25 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
-import os
-import platform
 import random
-import signal
 import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import (
+    RESULTS,
+    ROOT,
+    BenchTimeout,
+    load_vocabulary,
+    loadavg,
+    machine,
+    save_json,
+    time_limit,
+    utc_now,
+    versions,
+)
 
 
 def _fuzz_module():
@@ -41,14 +47,6 @@ def _fuzz_module():
     return mod
 
 
-class _Hang(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise _Hang()
-
-
 def bases(F, which: list[str]):
     """[(name, vocab, automaton)]: the automata whose saved files are mutated (the GPT-2 one is
     ``tests/fsa/test_load_fuzz.py``'s ``gpt2_automaton``: its labels are stored compressed)."""
@@ -57,10 +55,7 @@ def bases(F, which: list[str]):
         v = F.tiny_vocab()
         out.append(("tiny (V=40)", v, F.tiny_automaton(v)))
     if "gpt2" in which:
-        from tractable.fsa.vocabulary import TokenVocabulary
-
-        p = Path(os.environ.get("TRACTABLE_FIXTURES", ROOT / "fixtures"))
-        v = TokenVocabulary.from_tokenizer_file(p / "tokenizers/gpt2/tokenizer.json")
+        v = load_vocabulary("gpt2")
         out.append(("gpt2 (V=50,257, zlib)", v, F.gpt2_automaton(v)))
     return out
 
@@ -70,7 +65,6 @@ def run(args) -> dict:
 
     torch.set_num_threads(1)
     F = _fuzz_module()
-    signal.signal(signal.SIGALRM, _alarm)
     counts: dict = defaultdict(Counter)
     failures: list[dict] = []
     slow: list[tuple[float, str, str, int]] = []
@@ -93,16 +87,14 @@ def run(args) -> dict:
                     seed = args.seed * 1_000_003 + i
                     rng = random.Random(f"{bname}/{mname}/{seed}")
                     t0 = time.perf_counter()
-                    signal.alarm(args.hang_seconds)
                     try:
-                        kind, detail = F.run_one(mname, base, tmp / "m.safetensors", vocab,
-                                                 original, rng)
-                    except _Hang:
+                        with time_limit(args.hang_seconds):
+                            kind, detail = F.run_one(mname, base, tmp / "m.safetensors", vocab,
+                                                     original, rng)
+                    except BenchTimeout:
                         kind, detail = "hang", f"> {args.hang_seconds} s"
                     except Exception as e:  # noqa: BLE001 - a harness error is a failure too
                         kind, detail = "untyped", f"harness: {type(e).__name__}: {e}"
-                    finally:
-                        signal.alarm(0)
                     dt = time.perf_counter() - t0
                     slow.append((dt, bname, mname, seed))
                     counts[(bname, mname)][kind] += 1
@@ -113,11 +105,10 @@ def run(args) -> dict:
     slow.sort(reverse=True)
     return {
         "command": "python bench/load_fuzz.py " + " ".join(sys.argv[1:]),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-                   f"{platform.platform()}",
-        "load_avg_at_end": os.getloadavg(),
-        "versions": _versions(),
+        "date": utc_now(),
+        "machine": machine(threads=torch.get_num_threads()),
+        "load_avg_at_end": loadavg(),
+        "versions": versions("torch", "numpy", "safetensors", "hypothesis", "tractable"),
         "examples_per_mutator": args.examples,
         "bases": base_info,
         "hang_seconds": args.hang_seconds,
@@ -130,25 +121,12 @@ def run(args) -> dict:
     }
 
 
-def _versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for p in ("torch", "numpy", "safetensors", "hypothesis", "tractable"):
-        try:
-            out[p] = version(p)
-        except PackageNotFoundError:
-            out[p] = None
-    return out
-
-
 OUTCOMES = ("refused", "identical", "valid", "untyped", "hang", "accepted_tampered",
             "accepted_invalid")
 
 
 def write(res: dict, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=1))
+    save_json(out.with_suffix(".json"), res, indent=1)  # creates out.parent
     tot = Counter()
     for c in res["counts"]:
         tot.update({k: c.get(k, 0) for k in OUTCOMES})
@@ -198,7 +176,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hang-seconds", type=int, default=10)
     ap.add_argument("--bases", nargs="+", default=["tiny", "gpt2"], choices=["tiny", "gpt2"])
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/load_fuzz")
+    ap.add_argument("--out", type=Path, default=RESULTS / "load_fuzz")
     args = ap.parse_args(argv)
     res = run(args)
     write(res, args.out)

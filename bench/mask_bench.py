@@ -36,44 +36,22 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
-import platform
-import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
+import harness as H
 import torch
+from compile_bench import KEYWORDS, REGEXES
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(os.environ.get("TRACTABLE_FIXTURES", ROOT / "fixtures"))
-RESULTS = ROOT / "bench" / "results"
-
-KEYWORDS = [
-    "SELECT", "FROM", "WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "OFFSET", "JOIN", "INNER",
-    "OUTER", "LEFT", "RIGHT", "FULL", "CROSS", "UNION", "INTERSECT", "EXCEPT", "INSERT", "INTO",
-    "VALUES", "UPDATE", "DELETE", "CREATE", "TABLE", "DROP", "ALTER", "INDEX", "VIEW", "DISTINCT",
-    "COUNT", "AVG", "MIN", "MAX", "SUM", "BETWEEN", "LIKE", "EXISTS", "CASE", "WHEN", "THEN",
-    "ELSE", "END", "NULL", "NOT", "AND", "OR", "ASC", "DESC", "AS",
-]
-
-# name -> (regex, walked string).  The first four are bench/compile_bench.py's (fsa issue);
-# [0-9] rather than \d: Python's \d is any Unicode digit, the peers' is ASCII.
+# name -> (regex, walked string).  The first four are bench/compile_bench.py's REGEXES (fsa
+# issue; [0-9] rather than \d there: Python's \d is any Unicode digit, the peers' is ASCII).
 PATTERNS: dict[str, tuple[str, str]] = {
-    "iso_datetime": (
-        r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]"
-        r":[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])",
-        "2024-03-15T14:30:45.123456+05:30",
-    ),
-    "email": (
-        r"[a-zA-Z0-9._%+-]+@[a-zA-Z0-9-]+(\.[a-zA-Z0-9-]+)*\.[a-zA-Z]{2,}",
-        "john.doe+bench@example-mail.com",
-    ),
-    "keywords50": ("(" + "|".join(KEYWORDS) + ")", "INTERSECT"),
+    "iso_datetime": (REGEXES["iso_datetime"], "2024-03-15T14:30:45.123456+05:30"),
+    "email": (REGEXES["email"], "john.doe+bench@example-mail.com"),
+    "keywords50": (REGEXES["keywords50"], "INTERSECT"),
     "json_string": (
-        r'"([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"',
+        REGEXES["json_string"],
         r'"Hello \"world\", caf\u00e9 au lait \\ 42 times\n and more text here."',
     ),
     "json_object": (
@@ -345,53 +323,15 @@ def walk(eng, tokens: list[int], eos: int, B: int) -> tuple[list[int], list[int]
     return fills, advs
 
 
-def _q(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))
-    return xs[k]
-
-
-def summarize(samples_ns: list[int]) -> dict:
-    us = [x / 1e3 for x in samples_ns]
-    return {"median_us": statistics.median(us) if us else float("nan"), "p90_us": _q(us, 0.9),
-            "n": len(us)}
-
-
-def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for p in ("torch", "numpy", "xgrammar", "outlines_core", "llguidance", "transformers",
-              "tokenizers", "tractable"):
-        try:
-            out[p] = version(p)
-        except PackageNotFoundError:
-            out[p] = None
-    return out
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def run(args) -> dict:
     from tokenizers import Tokenizer
-    from tractable.fsa.vocabulary import TokenVocabulary
     from transformers import PreTrainedTokenizerFast
 
     torch.set_num_threads(1)
     cells = []
     for vname in args.vocabs:
-        path = FIXTURES / "tokenizers" / vname / "tokenizer.json"
-        vocab = TokenVocabulary.from_tokenizer_file(path)
+        path = H.tokenizer_path(vname)
+        vocab = H.load_vocabulary(path)
         hf = PreTrainedTokenizerFast(tokenizer_file=str(path), eos_token=EOS[vname])
         eos = hf.convert_tokens_to_ids(EOS[vname])
         V = len(hf)
@@ -439,9 +379,10 @@ def run(args) -> dict:
                     cell = {
                         "vocab": vname, "pattern": pname, "engine": e, "batch": B,
                         "steps": len(tokens) + 1, "compile_ms": compile_ms[e],
-                        "warm": summarize(data[e]["warm"]), "cold": summarize(data[e]["cold"]),
-                        "advance": summarize(data[e]["adv"]),
-                        "novel": summarize(data[e]["novel"]),
+                        "warm": H.median_p90_us(data[e]["warm"], 1e-3),  # ns → µs
+                        "cold": H.median_p90_us(data[e]["cold"], 1e-3),
+                        "advance": H.median_p90_us(data[e]["adv"], 1e-3),
+                        "novel": H.median_p90_us(data[e]["novel"], 1e-3),
                         "samples_novel_ns": data[e]["novel"],
                         "samples_warm_ns": data[e]["warm"], "samples_cold_ns": data[e]["cold"],
                     }
@@ -453,10 +394,11 @@ def run(args) -> dict:
                           f"{w_['median_us']:8.1f} us  p90 {w_['p90_us']:8.1f} us", flush=True)
     return {
         "command": "python bench/mask_bench.py " + " ".join(sys.argv[1:]),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{cpu_name()}, {os.cpu_count()} cores, {platform.platform()}",
-        "load_avg_at_end": os.getloadavg(),
-        "versions": versions(),
+        "date": H.utc_now(),
+        "machine": H.machine(threads=torch.get_num_threads()),
+        "load_avg_at_end": H.loadavg(),
+        "versions": H.versions("torch", "numpy", "xgrammar", "outlines_core", "llguidance",
+                             "transformers", "tokenizers", "tractable"),
         "walks": args.walks,
         "novel": {k: NOVEL[k] for k in args.patterns},
         "patterns": {k: {"regex": PATTERNS[k][0], "walk": PATTERNS[k][1]} for k in args.patterns},
@@ -475,6 +417,24 @@ def write_markdown(res: dict, path: Path) -> None:
 
     def fmt(x):
         return "–" if x is None or x != x else (f"{x:.1f}" if x < 100 else f"{x:.0f}")
+
+    def med_p90(s):
+        return f"{fmt(s['median_us'])} / {fmt(s['p90_us'])}"
+
+    def part(c, key):
+        return c.get(key) if c else None
+
+    def ratios(g, x) -> list[str]:
+        """GCD / xgrammar of two summaries, median and p90 ("–" where one is missing)."""
+        if not (g and x):
+            return ["–", "–"]
+        return [f"{g['median_us'] / x['median_us']:.2f}", f"{g['p90_us'] / x['p90_us']:.2f}"]
+
+    def table(title: str, steps: bool = False) -> list[str]:
+        """A section's title, header and rule (vocab, pattern, [steps,] engines, ratios)."""
+        first = "| vocab | pattern | " + ("steps | " if steps else "")
+        return ["", title, "", first + " | ".join(es) + " | GCD/xgr median | GCD/xgr p90 |",
+                "|---|---|" + ("---|" if steps else "") + "---|" * len(es) + "---|---|"]
 
     vs = list(dict.fromkeys(c["vocab"] for c in cells))
     ps = list(dict.fromkeys(c["pattern"] for c in cells))
@@ -505,14 +465,7 @@ def write_markdown(res: dict, path: Path) -> None:
     for k, v in res["patterns"].items():
         lines.append(f"- `{k}`: `{v['regex']}` walking `{v['walk']}`")
     for B in Bs:
-        lines += [
-            "",
-            f"## Batch {B}: warm mask fill, µs per step (median / p90)",
-            "",
-            "| vocab | pattern | steps | " + " | ".join(es)
-            + " | GCD/xgr median | GCD/xgr p90 |",
-            "|---|---|---|" + "---|" * len(es) + "---|---|",
-        ]
+        lines += table(f"## Batch {B}: warm mask fill, µs per step (median / p90)", steps=True)
         for v in vs:
             for p in ps:
                 row = [v, p]
@@ -525,60 +478,33 @@ def write_markdown(res: dict, path: Path) -> None:
                         continue
                     steps = c["steps"]
                     vals[e] = c["warm"]
-                    row.append(f"{fmt(c['warm']['median_us'])} / {fmt(c['warm']['p90_us'])}")
+                    row.append(med_p90(c["warm"]))
                 row.insert(2, str(steps))
-                g, x = vals.get("tractable_gcd"), vals.get("xgrammar")
-                if g and x:
-                    row.append(f"{g['median_us'] / x['median_us']:.2f}")
-                    row.append(f"{g['p90_us'] / x['p90_us']:.2f}")
-                else:
-                    row += ["–", "–"]
+                row += ratios(vals.get("tractable_gcd"), vals.get("xgrammar"))
                 lines.append("| " + " | ".join(row) + " |")
-    lines += [
-        "",
-        "## Cold walk (first walk after compile; tractable's caches empty), batch 1, µs median "
-        "/ p90; compile ms",
-        "",
-        "| vocab | pattern | " + " | ".join(es) + " | GCD/xgr median | GCD/xgr p90 |",
-        "|---|---|" + "---|" * len(es) + "---|---|",
-    ]
+    lines += table("## Cold walk (first walk after compile; tractable's caches empty), batch 1, "
+                   "µs median / p90; compile ms")
     for v in vs:
         for p in ps:
             row = [v, p]
             for e in es:
                 c = get(v, p, e, 1)
                 row.append("–" if c is None else
-                           f"{fmt(c['cold']['median_us'])} / {fmt(c['cold']['p90_us'])}; "
-                           f"{fmt(c['compile_ms'])} ms")
-            g, x = get(v, p, "tractable_gcd", 1), get(v, p, "xgrammar", 1)
-            if g and x:
-                row.append(f"{g['cold']['median_us'] / x['cold']['median_us']:.2f}")
-                row.append(f"{g['cold']['p90_us'] / x['cold']['p90_us']:.2f}")
-            else:
-                row += ["–", "–"]
+                           f"{med_p90(c['cold'])}; {fmt(c['compile_ms'])} ms")
+            row += ratios(part(get(v, p, "tractable_gcd", 1), "cold"),
+                          part(get(v, p, "xgrammar", 1), "cold"))
             lines.append("| " + " | ".join(row) + " |")
     for B in Bs:
-        lines += [
-            "",
-            f"## Novel path (a second valid string, walked once after the warm walks), batch {B}, "
-            "µs median / p90",
-            "",
-            "| vocab | pattern | " + " | ".join(es) + " | GCD/xgr median | GCD/xgr p90 |",
-            "|---|---|" + "---|" * len(es) + "---|---|",
-        ]
+        lines += table(f"## Novel path (a second valid string, walked once after the warm "
+                       f"walks), batch {B}, µs median / p90")
         for v in vs:
             for p in ps:
                 row = [v, p]
                 for e in es:
                     c = get(v, p, e, B)
-                    row.append("–" if c is None or "novel" not in c else
-                               f"{fmt(c['novel']['median_us'])} / {fmt(c['novel']['p90_us'])}")
-                g, x = get(v, p, "tractable_gcd", B), get(v, p, "xgrammar", B)
-                if g and x and "novel" in g:
-                    row.append(f"{g['novel']['median_us'] / x['novel']['median_us']:.2f}")
-                    row.append(f"{g['novel']['p90_us'] / x['novel']['p90_us']:.2f}")
-                else:
-                    row += ["–", "–"]
+                    row.append("–" if c is None or "novel" not in c else med_p90(c["novel"]))
+                row += ratios(part(get(v, p, "tractable_gcd", B), "novel"),
+                              part(get(v, p, "xgrammar", B), "novel"))
                 lines.append("| " + " | ".join(row) + " |")
     lines += [
         "",
@@ -611,12 +537,11 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", nargs="+", default=list(ENGINES))
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 16])
     ap.add_argument("--walks", type=int, default=10)
-    ap.add_argument("--out", default=str(RESULTS / "masks_cpu"))
+    ap.add_argument("--out", default=str(H.RESULTS / "masks_cpu"))
     args = ap.parse_args(argv)
     res = run(args)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res))
+    H.save_json(out.with_suffix(".json"), res, indent=None)  # creates out.parent
     write_markdown(res, out.with_suffix(".md"))
     print(f"wrote {out.with_suffix('.md')} and .json")
     return 0

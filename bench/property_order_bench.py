@@ -18,15 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import random
 import time
 import warnings
-from datetime import date
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "bench" / "results"
+from harness import RESULTS, machine, utc_now, versions, write_result
 
 
 def schema(n: int) -> dict:
@@ -66,11 +62,8 @@ def main() -> None:
         rows.append(row)
         print(row, flush=True)
     meta = {"command": f"python bench/property_order_bench.py --max-n {args.max_n}",
-            "machine": f"{platform.machine()} (shared, 2 cores)",
-            "python": platform.python_version(), "date": date.today().isoformat()}
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "json_schema_property_order.json").write_text(
-        json.dumps({"meta": meta, "rows": rows}, indent=1))
+            "machine": machine(note="shared VM"),
+            "python": versions()["python"], "date": utc_now()}
     lines = ["# JSON objects: `property_order=\"any\"` vs schema order (byte NFA)", "",
              f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}; Python "
              f"{meta['python']}; {meta['date']}.", "",
@@ -88,7 +81,8 @@ def main() -> None:
                      f"{an['states']} / {an['edges']} | {an['seconds']:.3f} | "
                      f"{r['lower_bound']} | {r['permuted_accepted']} | "
                      f"{r['duplicate_rejected']} |")
-    (OUT / "json_schema_property_order.md").write_text("\n".join(lines) + "\n")
+    write_result(RESULTS / "json_schema_property_order", "\n".join(lines) + "\n",
+                 {"meta": meta, "rows": rows}, echo=False)
 
 
 if __name__ == "__main__":

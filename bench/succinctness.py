@@ -13,15 +13,12 @@ Usage: python bench/succinctness.py [--max-n 12] [--max-dfa-n 8] [--dfa-timeout 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
-import platform
 import time
-from datetime import date
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "bench" / "results"
+from harness import RESULTS, command_line, load_vocabulary, machine, utc_now, versions, write_result
+
+OUT = RESULTS
 
 
 NOTE = """Reading: the minimal DFA roughly doubles with each n (it must remember which x_i were
@@ -68,9 +65,8 @@ def main() -> None:
     from tractable.fsa import nfa as N
     from tractable.fsa.automaton import TokenAutomaton
     from tractable.fsa.json_schema import json_schema_to_nfa
-    from tractable.fsa.vocabulary import TokenVocabulary
 
-    vocab = TokenVocabulary.from_tokenizer_file(ROOT / "fixtures/tokenizers/llama3/tokenizer.json")
+    vocab = load_vocabulary("llama3")
     rows = []
     for n in range(1, args.max_n + 1):
         schema = add_vec_schema(n)
@@ -97,15 +93,10 @@ def main() -> None:
                 row["dfa_states"], row["min_dfa_states"] = q.get()
         rows.append(row)
         print(row, flush=True)
-    import importlib.metadata as md
-
-    meta = {"command": "python bench/succinctness.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
-        "machine": f"{platform.machine()} {platform.processor()} (shared, 2 cores)",
-        "python": platform.python_version(), "automata-lib": md.version("automata-lib"),
-        "date": date.today().isoformat()}
-    (OUT / "json_schema_succinctness.json").write_text(json.dumps({"meta": meta, "rows": rows},
-                                                                  indent=1))
+    ver = versions("automata-lib")
+    meta = {"command": command_line("succinctness.py", args, prefix="python"),
+        "machine": machine(note="shared VM"), "python": ver["python"],
+        "automata-lib": ver["automata-lib"], "date": utc_now()}
     lines = ["# add_vec_n: NFA vs minimal DFA (paper 002 §5.5, Fig. 4)", "",
              f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}; Python "
              f"{meta['python']}; automata-lib {meta['automata-lib']}; {meta['date']}.", "",
@@ -119,7 +110,8 @@ def main() -> None:
                      f"| {r['token_edges']} | {r['dfa_states'] or '—'} | "
                      f"{r['min_dfa_states'] or '—'} |")
     lines += ["", NOTE]
-    (OUT / "json_schema_succinctness.md").write_text("\n".join(lines) + "\n")
+    write_result(OUT / "json_schema_succinctness", "\n".join(lines) + "\n",
+                 {"meta": meta, "rows": rows}, echo=False)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -32,10 +32,8 @@ run under ``if __name__ == "__main__"`` (this one does).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -45,15 +43,17 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 HERE = Path(__file__).resolve().parent
-OUT = HERE / "results"
-DATA = Path("/work/shared/data/bfcl_function_calling/BFCL_v4_simple_python.json")
+sys.path.insert(0, str(HERE))  # bfcl_bench and harness, also in vLLM's spawned processes
+from harness import RESULTS, SHARED, machine, save_json, utc_now, versions  # noqa: E402
+
+OUT = RESULTS
+DATA = SHARED / "bfcl_function_calling" / "BFCL_v4_simple_python.json"
 INSTRUCTION = ('\nAnswer with a JSON object {"name": ..., "arguments": {...}} calling the '
                "function.")
 
 
 def load_requests(n: int, vocab):
     """[(id, prompt text, schema, tractable min tokens)] for the first n compilable questions."""
-    sys.path.insert(0, str(HERE))
     from bfcl_bench import call_schema
     from tractable.decode.vllm_processor import compile_constraint
 
@@ -160,8 +160,7 @@ def main():
     ap.add_argument("--out", default=str(OUT / "vllm_serving"))
     args = ap.parse_args()
 
-    import torch
-    import vllm
+    import vllm  # noqa: F401 - fail before loading anything when vLLM is missing
     from tractable.decode.vllm_processor import vocabulary_for_model
 
     from tractable.models import load_smollm2, smollm2_cache_dir
@@ -181,21 +180,16 @@ def main():
                           args)
     s2, r2 = bench_engine(folder, "guidance", ["guidance"], reqs, args)
     results = {**r1, **r2}
-    from importlib.metadata import version
     meta = {
         "command": "python bench/vllm_bench.py " + " ".join(sys.argv[1:]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "versions": {"vllm": vllm.__version__, "torch": torch.__version__,
-                     "xgrammar": version("xgrammar"), "llguidance": version("llguidance"),
-                     "python": platform.python_version()},
+        "date": utc_now(), "machine": machine(),
+        "versions": versions("vllm", "torch", "xgrammar", "llguidance"),
         "engine_start_s": {"xgrammar engine": s1, "guidance engine": s2},
         "total_s": time.perf_counter() - t_all,
         "args": vars(args),
         "schemas": [{"id": r[0], "min_tokens": r[3]} for r in reqs],
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out + ".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    save_json(args.out + ".json", {"meta": meta, "results": results})
     Path(args.out + ".md").write_text(render(meta, results, args))
     print(Path(args.out + ".md").read_text())
 
