@@ -37,7 +37,8 @@ Shared helpers (leaf modules, imported by every layer)
 * :mod:`.arrays` — integer-array primitives (ranges, sorted unique, run starts, stable argsort,
   unique inverse);
 * :mod:`.bits` — bit-packed token sets, bool [..., V] ⇄ int32 [..., ceil(V/32)];
-* :mod:`.errors` — the typed errors (:class:`~.errors.TractableError` and subclasses).
+* :mod:`.errors` — the typed errors (:class:`~.errors.TractableError` and subclasses);
+* :mod:`.progress` — opt-in progress lines of long compiles (:func:`~.progress.compile_progress`).
 
 The public names are re-exported by :mod:`tractable` (``tractable.compile_regex`` …); the
 modules here are the implementation and their import paths are stable.

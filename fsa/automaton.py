@@ -55,6 +55,7 @@ from .errors import (
 from .lift import LiftedEdges, lift
 from .lift_budget import lift_budget
 from .nfa import ByteNFA
+from .progress import compile_stage, report
 from .token_rows import SparseRows, dedup_rows, dedup_sets, pack_rows, take_rows
 from .vocabulary import TokenVocabulary, require_vocabulary
 
@@ -153,8 +154,10 @@ class TokenAutomaton:
         """
         require_vocabulary(vocab)
         t0 = time.perf_counter()
-        with lift_budget():
+        with compile_stage(), lift_budget():
+            report(f"lift of {nfa.num_states:,} byte states")
             lifted = lift(nfa, vocab)
+            report(f"label rows of {lifted.num_states:,} states")
             out = cls._from_lifted(lifted, vocab, dict(meta or {}))
         out.meta["compile_seconds"] = time.perf_counter() - t0
         return out

@@ -70,7 +70,7 @@ from .class_trie import (
 from .class_trie import _class_trie as _class_trie
 from .class_trie import prepare as prepare
 from .errors import LiftSizeError
-from .lift_budget import charge, current_budget, lift_budget
+from .lift_budget import charge, current_budget, lift_budget, release
 from .lift_components import (
     _ALL_BYTES,
     _Component,
@@ -89,6 +89,7 @@ from .lift_subsets import (
     _SubsetTable,
 )
 from .nfa import ByteNFA, byte_classes, finalize
+from .progress import report
 from .token_rows import SparseRows, _pack_sets, _row_hashes, dedup_sets, pack_rows
 from .token_rows import dedup_rows as dedup_rows
 from .token_rows import take_rows as take_rows
@@ -365,6 +366,7 @@ def _component_walks(comp: _Component, rels: list[int], vocab: TokenVocabulary, 
         c_ptr = np.zeros(257, dtype=np.int64)
         c_ptr[1:] = np.cumsum(np.bincount(c_fb, minlength=256))
         out.append(_Entry(dest, full, ptr, toks[order], c_k[o], c_b[o], c_ptr))
+    release(24 * int(vs.size))  # the walk records (charged in _walk) are rows and entries now
     return tmpl, out
 
 
@@ -427,9 +429,11 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
 
 
 def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
+    report("lift: finalizing the byte NFA")
     nfa = finalize(nfa)
     S = nfa.num_states
     W = (vocab.size + 31) // 32
+    report(f"lift: components of {S:,} byte states")
     comps = _components(nfa) if _USE_COMPONENTS else []
     src, dst, mid, masks = _edge_arrays(nfa)
     comp_of = np.full(S, -1, dtype=np.int64)  # templated state -> component (-1: plain)
@@ -468,6 +472,7 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
                   np.concatenate([mid, mid[sh_i]]), masks)
     else:
         ext, arrays = nfa, None
+    report("lift: state-set table")
     subsets = _SubsetTable(ext, arrays=arrays)
     single = subsets.intern_singletons(S + n_shadow)
     cache = vocab._memo.setdefault("lift_templates", {})
@@ -506,7 +511,8 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
             elif rel not in missing.setdefault(sig, []):
                 missing[sig].append(rel)
     copies: dict[tuple, list[_Component]] = {}  # per template, its copies in this NFA
-    for comp in comps:
+    for k, comp in enumerate(comps):
+        report("lift: component walks", k, len(comps))
         if comp.sig not in local:
             tm = cache.get(comp.sig)
             if tm is None:
@@ -630,7 +636,8 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     listed = 0
     steps = 0
     chunks = [0] if chunk_of is None else sorted_unique(chunk_of).tolist()
-    for c in chunks:
+    for ci, c in enumerate(chunks):
+        report("lift: vocabulary walk", ci, len(chunks))
         sel = np.nonzero(chunk_of == c)[0] if len(chunks) > 1 else slice(None)
         r_start, r_node, r_state, st = _walk(trie, node_cls, subsets, f_s[sel], f_n[sel], f_d[sel],
                                              dedup=True)
@@ -655,6 +662,9 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
             # One int64 key per (src, dst, group) and a plain sort (np.lexsort on three keys is
             # ~15x slower: 22 ms vs 1.4 ms for 130k entries); unique: entries may repeat.
             keys.append(sorted_unique((p_src * S + p_dst) * G + r_node[idx]))
+        # this chunk's walk records are rows or keys now (lift_budget: charged in _walk)
+        release(24 * int(r_start.size))
+        del r_start, r_node, r_state
     key = (keys[0] if len(keys) == 1 else sorted_unique(np.concatenate(keys))) if keys else empty
     pair = key // G
     pair_src, pair_dst, pair_grp = pair // S, pair % S, key % G

@@ -10,16 +10,17 @@ here).  No estimate short of the walk itself knows that number, so the lift char
 large intermediate array to a per-lift budget *before allocating it*
 (:func:`charge`): walk records (3 int64 each, per depth) and packed rows (``4 · ceil(V/32)``
 bytes each).  Past the budget the lift stops with :class:`~.errors.LiftSizeError` naming what
-it was building and the bytes charged so far — bounded memory, and time bounded by the work
-the budget allows.
+it was building and the bytes alive — bounded memory (time is bounded by the byte-state
+limits of the front ends, not here).
 
 The limit is :data:`MAX_LIFT_BYTES` (4 GiB of charges; the environment variable
 ``TRACTABLE_MAX_LIFT_BYTES`` overrides it, read when a lift starts), or the ``limit`` given to
-:func:`lift_budget` around a compile.  Charges are cumulative over one lift (freed arrays are
-not refunded): the budget bounds the work as well as the peak.  Charged: walk records, packed
-rows and their float64 bincounts, gathered rows and the concatenated row table; with these a
-chain of 5,000 letter classes over Llama-3 charged 1.7 GiB at a peak RSS of 2.1 GB (0.4 GB of
-it the process before the compile).
+:func:`lift_budget` around a compile.  What is charged and not released is what is
+alive: walk records until their chunk or component is turned into rows (:func:`release`),
+float64 bincounts until packed, and packed, gathered and concatenated token rows for the rest
+of the lift.  So the budget bounds the peak of these arrays, whatever the total work (the plain
+walk is chunked so that its records stay small: Spider SQL "over" walks 64M records in
+chunks).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from dataclasses import dataclass
 
 from .errors import InvalidArgumentError, LiftSizeError
 
-__all__ = ["MAX_LIFT_BYTES", "LiftBudget", "lift_budget", "charge", "current_budget",
-           "default_limit"]
+__all__ = ["MAX_LIFT_BYTES", "LiftBudget", "lift_budget", "charge", "release",
+           "current_budget", "default_limit"]
 
 
 #: Default budget of one lift, in bytes of charges (see the module docstring).  4 GiB: the
@@ -62,11 +63,14 @@ def default_limit() -> int:
 
 @dataclass
 class LiftBudget:
-    """The running account of one lift: ``limit`` and ``used`` bytes, the largest charge
-    (``largest``, ``largest_what``).  Mutated by :func:`charge`."""
+    """The running account of one lift: ``limit``, ``used`` (bytes charged and not released:
+    the arrays alive), ``peak`` (the most ``used`` was), ``total`` (every charge), the largest
+    charge (``largest``, ``largest_what``).  Mutated by :func:`charge` and :func:`release`."""
 
     limit: int
     used: int = 0
+    peak: int = 0
+    total: int = 0
     largest: int = 0
     largest_what: str = ""
 
@@ -107,7 +111,16 @@ def charge(nbytes: int, what: str) -> None:
         return
     nbytes = int(nbytes)
     b.used += nbytes
+    b.total += nbytes
+    b.peak = max(b.peak, b.used)
     if nbytes > b.largest:
         b.largest, b.largest_what = nbytes, what
     if b.used > b.limit:
         raise LiftSizeError(what, b.used, b.limit)
+
+
+def release(nbytes: int) -> None:
+    """Return ``nbytes`` of earlier charges (the arrays are dropped).  No budget: no-op."""
+    b = _CURRENT.get()
+    if b is not None:
+        b.used = max(0, b.used - int(nbytes))

@@ -70,6 +70,7 @@ _EXPORTS: dict[str, str] = {
     "TokenError": "tractable.fsa.errors",
     "BudgetExceededError": "tractable.fsa.errors",
     "LiftSizeError": "tractable.fsa.errors",
+    "compile_progress": "tractable.fsa.progress",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

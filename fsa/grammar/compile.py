@@ -19,6 +19,7 @@ from typing import Any
 from ..automaton import TokenAutomaton
 from ..errors import InvalidArgumentError
 from ..nfa import ByteNFA
+from ..progress import compile_stage
 from ..vocabulary import TokenVocabulary, require_vocabulary
 from .approx import MAX_BYTE_STATES, approximate
 from .cfg import CFG, symbols_of
@@ -199,12 +200,13 @@ def compile_grammar(
     Raises:
         GrammarError, GrammarLimitError, EmptyLanguageError: see :func:`grammar_to_nfa`.
     """
-    require_vocabulary(vocab)
-    t0 = time.perf_counter()
-    nfa, info = _approx(grammar, syntax, approximation, max_depth, start, max_states, limits)
-    t1 = time.perf_counter()
-    meta: dict[str, Any] = {"kind": "grammar", **info, "nfa_seconds": t1 - t0}
-    out = TokenAutomaton.from_byte_nfa(nfa, vocab, meta=meta)
-    out.meta["token_states"] = int(out.num_states)
-    out.meta["token_edges"] = int(out.num_edges)
-    return out
+    with compile_stage():
+        require_vocabulary(vocab)
+        t0 = time.perf_counter()
+        nfa, info = _approx(grammar, syntax, approximation, max_depth, start, max_states, limits)
+        t1 = time.perf_counter()
+        meta: dict[str, Any] = {"kind": "grammar", **info, "nfa_seconds": t1 - t0}
+        out = TokenAutomaton.from_byte_nfa(nfa, vocab, meta=meta)
+        out.meta["token_states"] = int(out.num_states)
+        out.meta["token_edges"] = int(out.num_edges)
+        return out

@@ -164,6 +164,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..nfa import ByteNFA
+from ..progress import compile_stage
 from ..vocabulary import require_vocabulary
 
 # The package is split by concern (the docstring's module list).  Besides the public API, the
@@ -372,42 +373,43 @@ def compile_json_schema(
             naming the smallest empty sub-schema's pointer and the keywords that empty it).
         EmptyLanguageError: no token sequence over ``vocab`` is accepted.
     """
-    require_vocabulary(vocab)
-    from ..automaton import TokenAutomaton
+    with compile_stage():
+        require_vocabulary(vocab)
+        from ..automaton import TokenAutomaton
 
-    comp = JsonSchemaCompiler(
-        schema, canonical=canonical, max_exponent=max_exponent, whitespace=whitespace,
-        max_whitespace=max_whitespace,
-        property_order=property_order, max_recursion_depth=max_recursion_depth,
-        lenient=lenient, free_value_depth=free_value_depth, strict=strict, registry=registry,
-        max_states=max_states,
-    )
-    comp.unique_items = True  # uniqueItems over large domains: marked arrays (.unique_compile)
-    nfa = comp.build()  # already finalized
-    if _is_empty(nfa):  # say which sub-schema is empty, and why, before any lifting
-        from ..errors import EmptySchemaError
-        from ._empty import explain_empty
+        comp = JsonSchemaCompiler(
+            schema, canonical=canonical, max_exponent=max_exponent, whitespace=whitespace,
+            max_whitespace=max_whitespace,
+            property_order=property_order, max_recursion_depth=max_recursion_depth,
+            lenient=lenient, free_value_depth=free_value_depth, strict=strict, registry=registry,
+            max_states=max_states,
+        )
+        comp.unique_items = True  # uniqueItems over large domains: marked arrays (.unique_compile)
+        nfa = comp.build()  # already finalized
+        if _is_empty(nfa):  # say which sub-schema is empty, and why, before any lifting
+            from ..errors import EmptySchemaError
+            from ._empty import explain_empty
 
-        raise EmptySchemaError(*explain_empty(comp))
-    meta = {
-        "kind": "json_schema",
-        "canonical": canonical,
-        "max_exponent": None if canonical else max_exponent,
-        "whitespace": whitespace or ("compact" if canonical else "any"),
-        "max_whitespace": max_whitespace,
-        "property_order": property_order,
-        "max_recursion_depth": max_recursion_depth,
-        "free_value_depth": comp.free_depth,
-        "lenient": lenient,
-        "strict": strict,
-        "byte_states": nfa.num_states,
-        "byte_edges": nfa.num_edges,
-        "dropped": [list(x) for x in comp.dropped],
-        "ignored_keywords": sorted(comp.ignored),
-        "truncated_refs": sorted(comp.truncated),
-    }
-    if getattr(comp, "marked", False):  # uniqueItems checked at token level
-        from .unique_items import UniqueItemsAutomaton
+            raise EmptySchemaError(*explain_empty(comp))
+        meta = {
+            "kind": "json_schema",
+            "canonical": canonical,
+            "max_exponent": None if canonical else max_exponent,
+            "whitespace": whitespace or ("compact" if canonical else "any"),
+            "max_whitespace": max_whitespace,
+            "property_order": property_order,
+            "max_recursion_depth": max_recursion_depth,
+            "free_value_depth": comp.free_depth,
+            "lenient": lenient,
+            "strict": strict,
+            "byte_states": nfa.num_states,
+            "byte_edges": nfa.num_edges,
+            "dropped": [list(x) for x in comp.dropped],
+            "ignored_keywords": sorted(comp.ignored),
+            "truncated_refs": sorted(comp.truncated),
+        }
+        if getattr(comp, "marked", False):  # uniqueItems checked at token level
+            from .unique_items import UniqueItemsAutomaton
 
-        return UniqueItemsAutomaton.from_marked_nfa(nfa, vocab, meta)
-    return TokenAutomaton.from_byte_nfa(nfa, vocab, meta=meta)
+            return UniqueItemsAutomaton.from_marked_nfa(nfa, vocab, meta)
+        return TokenAutomaton.from_byte_nfa(nfa, vocab, meta=meta)

@@ -78,6 +78,7 @@ from ..errors import (
     UnsupportedRegexError,
 )
 from ..nfa import ByteNFA
+from ..progress import compile_stage
 from ..vocabulary import TokenVocabulary, require_vocabulary
 from .lookaround import MARKER_SHIFT, Lookaround, lookaround_product
 
@@ -757,26 +758,27 @@ def compile_regex(
         InvalidRegexError, UnsupportedRegexError: see :func:`regex_to_nfa`.
         EmptyLanguageError: no token sequence over ``vocab`` matches.
     """
-    require_vocabulary(vocab)
-    key = (pattern, int(flags), bool(search), vocab.fingerprint, max_states)
-    with _CACHE_LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None:
+    with compile_stage():
+        require_vocabulary(vocab)
+        key = (pattern, int(flags), bool(search), vocab.fingerprint, max_states)
+        with _CACHE_LOCK:
+            hit = _CACHE.get(key)
+            if hit is not None:
+                _CACHE.move_to_end(key)
+                return hit
+        byte_nfa = regex_to_nfa(pattern, flags=flags, search=search, max_states=max_states)
+        meta = {"kind": "regex", "pattern": pattern}
+        if flags:
+            meta["flags"] = int(flags)
+        if search:
+            meta["search"] = True
+        out = TokenAutomaton.from_byte_nfa(byte_nfa, vocab, meta=meta)
+        with _CACHE_LOCK:
+            out = _CACHE.setdefault(key, out)
             _CACHE.move_to_end(key)
-            return hit
-    byte_nfa = regex_to_nfa(pattern, flags=flags, search=search, max_states=max_states)
-    meta = {"kind": "regex", "pattern": pattern}
-    if flags:
-        meta["flags"] = int(flags)
-    if search:
-        meta["search"] = True
-    out = TokenAutomaton.from_byte_nfa(byte_nfa, vocab, meta=meta)
-    with _CACHE_LOCK:
-        out = _CACHE.setdefault(key, out)
-        _CACHE.move_to_end(key)
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    return out
+            while len(_CACHE) > _CACHE_SIZE:
+                _CACHE.popitem(last=False)
+        return out
 
 
 def clear_regex_cache() -> None:

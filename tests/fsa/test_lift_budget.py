@@ -48,12 +48,12 @@ def test_a_chain_is_refused_under_a_small_budget_and_memory_stays_near_it(gpt2_v
     assert "TRACTABLE_MAX_LIFT_BYTES" in str(err)
     # what was allocated stays near the budget (unlimited, the compile allocated ~150 MiB)
     assert peak < 3 * limit, peak
-    # unlimited, the same (cold) compile charges ~140 MiB and succeeds; the component walks
+    # unlimited, the same (cold) compile peaks at ~70 MiB of live charges and succeeds; the walks
     # are cached on the vocabulary, so budgets count cold work (a warm compile charges less)
     clear_regex_cache()
     with lift_budget(1 << 50) as b:
         A = compile_regex(pat, gpt2_vocab)
-    assert A.num_states == 1001 and b.used > 100 << 20
+    assert A.num_states == 1001 and b.peak > 50 << 20 and b.total >= b.peak
 
 
 def test_the_environment_variable_sets_the_default(gpt2_vocab, monkeypatch):

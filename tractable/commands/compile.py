@@ -17,6 +17,7 @@ not available in this installation.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import sys
@@ -51,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the compiled automaton here (.safetensors)")
     parser.add_argument("--json", action="store_true",
                         help="print the numbers as one JSON object")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress lines on stderr (shown for compiles over 2 s)")
 
 
 def _eos(values: list[str] | None) -> list[int | str] | None:
@@ -81,6 +84,7 @@ def _fail(message: str, status: int = 1) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from tractable.fsa.errors import TractableError
+    from tractable.fsa.progress import compile_progress
     from tractable.fsa.vocabulary import TokenVocabulary
 
     # what to compile, and with which compiler
@@ -119,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
             args.tokenizer, vocab_size=args.vocab_size, eos_token_ids=_eos(args.eos))
         t_vocab = time.perf_counter() - t0
         t0 = time.perf_counter()
-        automaton = compile_fn(payload, vocab)
+        with contextlib.nullcontext() if args.no_progress else compile_progress():
+            automaton = compile_fn(payload, vocab)
         t_compile = time.perf_counter() - t0
     except TractableError as e:
         return _fail(f"{type(e).__name__}: {e}")
