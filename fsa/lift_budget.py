@@ -13,7 +13,7 @@ bytes each).  Past the budget the lift stops with :class:`~.errors.LiftSizeError
 it was building and the bytes alive — bounded memory (time is bounded by the byte-state
 limits of the front ends, not here).
 
-The limit is :data:`MAX_LIFT_BYTES` (4 GiB of charges; the environment variable
+The limit is :data:`MAX_LIFT_BYTES` (2.5 GiB of live charges; the environment variable
 ``TRACTABLE_MAX_LIFT_BYTES`` overrides it, read when a lift starts), or the ``limit`` given to
 :func:`lift_budget` around a compile.  What is charged and not released is what is
 alive: walk records until their chunk or component is turned into rows (:func:`release`),
@@ -21,6 +21,12 @@ float64 bincounts until packed, and packed, gathered and concatenated token rows
 of the lift.  So the budget bounds the peak of these arrays, whatever the total work (the plain
 walk is chunked so that its records stay small: Spider SQL "over" walks 64M records in
 chunks).
+
+What it does not bound: arrays that grow with edges and keys rather than with rows x V (the
+subset table, sorted keys, label construction).  Measured peak RSS against peak live charges
+(Llama-3): the 5,000-class chain 2.0 GB / 0.81 GiB, the 20,000-class chain 6.4 GB / 2.91 GiB,
+c.gbnf "under" 2.2 GB / 0.23 GiB, sql.lark "over" 8.4 GB / 1.55 GiB, lark.lark "over" 9.5 GB
+/ 1.33 GiB (the last two spend most of their memory outside the charged arrays).
 """
 
 from __future__ import annotations
@@ -37,11 +43,12 @@ __all__ = ["MAX_LIFT_BYTES", "LiftBudget", "lift_budget", "charge", "release",
            "current_budget", "default_limit"]
 
 
-#: Default budget of one lift, in bytes of charges (see the module docstring).  4 GiB: the
-#: heaviest compiles of the test data and bench sets charge less (CALIBRATION in
-#: tests/fsa/test_lift_budget.py); a chain of 5,000 distinct letter classes over Llama-3
-#: charges 1.7 GiB at a peak RSS of 2.1 GB, so charges track the peak (measured here).
-MAX_LIFT_BYTES: int = 4 << 30
+#: Default budget of one lift: bytes of live charges (see the module docstring).  2.5 GiB:
+#: above the heaviest grammars of the test data (peaks of live charges over Llama-3, measured
+#: here: sql.lark "over" 1.55 GiB, lark.lark "over" 1.33, c.gbnf "under" 0.23; regexes and
+#: JSON Schemas below 0.2, bench/results/lift_budget.md) and below the chain of 20,000
+#: distinct letter classes (2.91 GiB live, 6.4 GB RSS unlimited).
+MAX_LIFT_BYTES: int = 5 << 29
 
 
 def default_limit() -> int:
