@@ -36,6 +36,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -121,9 +122,16 @@ def bench_engine(folder, backend, methods, reqs, args):
 
     n_req = len(reqs) * args.samples
     t0 = time.perf_counter()
-    llm = LLM(model=folder, dtype="float32", max_model_len=512, enforce_eager=True,
-              max_num_seqs=n_req, logits_processors=[TractableLogitsProcessor],
-              structured_outputs_config={"backend": backend}, seed=0)
+    # vLLM's model-inspection subprocess puts the working directory first on sys.path: from
+    # the checkout root the source folder kernels/ would shadow Hugging Face's `kernels`
+    cwd = os.getcwd()
+    os.chdir(tempfile.mkdtemp(prefix="vllm_cwd_"))
+    try:
+        llm = LLM(model=folder, dtype="float32", max_model_len=512, enforce_eager=True,
+                  max_num_seqs=n_req, logits_processors=[TractableLogitsProcessor],
+                  structured_outputs_config={"backend": backend}, seed=0)
+    finally:
+        os.chdir(cwd)
     start_s = time.perf_counter() - t0
     tok = AutoTokenizer.from_pretrained(folder)
     prompts = [{"prompt_token_ids": tok.encode(

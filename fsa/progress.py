@@ -54,9 +54,10 @@ class Progress:
 
 class _Reporter:
     """What one :func:`compile_progress` block shows.  The compiling thread records its stage
-    (:func:`report`: cheap, no I/O); a timer thread started with the outermost compile shows
-    the current stage once the compile has run ``after`` seconds, then every ``every``
-    seconds, so a long stage is seen while it runs, not only when the next one starts."""
+    (:func:`report`) and shows it at once when the compile has run ``after`` seconds and
+    nothing was shown for ``every`` seconds; a timer thread started with the outermost compile
+    shows the current stage on the same schedule while no report comes, so a long stage is
+    seen while it runs, not only when the next one starts."""
 
     def __init__(self, callback: Callable[[Progress], None], after: float, every: float):
         self.callback = callback
@@ -66,24 +67,32 @@ class _Reporter:
         self.t0 = 0.0
         self.current: tuple[str, int | None, int | None] = ("start", None, None)
         self.shown = False
+        self.last = -float("inf")
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _emit(self) -> None:
-        stage, done, total = self.current
-        self.shown = True
-        self.callback(Progress(stage, done, total, time.perf_counter() - self.t0))
+    def _emit(self, due: bool = False) -> None:
+        """Show the current stage (``due``: only if the schedule says so)."""
+        with self._lock:
+            now = time.perf_counter()
+            if due and (now - self.t0 < self.after or now - self.last < self.every):
+                return
+            stage, done, total = self.current
+            self.shown, self.last = True, now
+            self.callback(Progress(stage, done, total, now - self.t0))
 
     def _run(self) -> None:
         if self._stop.wait(self.after):
             return
         while True:
-            self._emit()
+            self._emit(due=True)
             if self._stop.wait(max(self.every, 0.05)):
                 return
 
     def begin(self) -> None:
         self.t0, self.shown, self.current = time.perf_counter(), False, ("start", None, None)
+        self.last = -float("inf")
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="tractable-progress",
                                         daemon=True)
@@ -149,9 +158,10 @@ def compile_stage() -> Iterator[None]:
 
 
 def report(stage: str, done: int | None = None, total: int | None = None) -> None:
-    """Record that the current compile is at ``stage`` (``done`` of ``total``): shown by the
-    reporter's timer thread when it next wakes.  Cheap when no one listens (one
-    context-variable read)."""
+    """Record that the current compile is at ``stage`` (``done`` of ``total``), and show it when
+    it is due (see :class:`_Reporter`).  Cheap when no one listens (one context-variable
+    read)."""
     rep = _CURRENT.get()
     if rep is not None and rep.depth:
         rep.current = (stage, done, total)
+        rep._emit(due=True)

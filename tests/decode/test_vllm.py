@@ -340,7 +340,7 @@ EMAIL = r"[a-z]{1,12}@[a-z]{1,10}\.(com|org)"
 
 
 @pytest.fixture(scope="module")
-def engine():
+def engine(tmp_path_factory):
     pytest.importorskip("vllm")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -356,8 +356,17 @@ def engine():
     from vllm import LLM
 
     folder = str(folder)
-    llm = LLM(model=folder, dtype="float32", max_model_len=512, enforce_eager=True,
-              max_num_seqs=4, logits_processors=[tv.TractableLogitsProcessor], seed=0)
+    # vLLM inspects the model in `python -m vllm.model_executor.models.registry`, whose sys.path
+    # starts with the working directory: from the checkout root, the source folder kernels/
+    # would be imported as Hugging Face's `kernels` (transformers probes for it) and the
+    # inspection fails.  Start the engine from an empty folder (workers inherit it).
+    cwd = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("vllm_cwd"))
+    try:
+        llm = LLM(model=folder, dtype="float32", max_model_len=512, enforce_eager=True,
+                  max_num_seqs=4, logits_processors=[tv.TractableLogitsProcessor], seed=0)
+    finally:
+        os.chdir(cwd)
     tok = AutoTokenizer.from_pretrained(folder)
     mc = llm.llm_engine.model_config
     vocab = tv.vocabulary_for_model(folder, mc.get_vocab_size(),
