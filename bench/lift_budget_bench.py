@@ -174,7 +174,7 @@ def report(res: dict) -> str:
              "The token lift charges its large arrays (walk records, packed token rows, their "
              "bincounts, gathered and concatenated rows) to a budget before allocating them "
              "(`fsa/lift_budget.py`); past it, `LiftSizeError`.  Default "
-             f"{res['default_limit'] / GiB:.0f} GiB.", ""]
+             f"{res['default_limit'] / GiB:.1f} GiB of live charges.", ""]
     if res.get("charges"):
         lines += ["## Peak live charges of real compiles (unlimited budget, cold vocabulary "
                   "per case)", "",
