@@ -71,6 +71,13 @@ MAX_BYTE_STATES = 2_000_000
 SHARE_BUDGET = 100_000
 #: "over" with sharing: a nonterminal whose automaton exceeds this many states is shared.
 SHARE_MIN = 2_000
+#: "over" with sharing: the "copy" automata :meth:`_Approx.classify` finalizes sum to at most
+#: this many states; past it, rules that would be copies are laid out inline ("expand") or
+#: shared.  Without it a chain of rules each growing the last (``r{i} ::= r{i+1} "a"``)
+#: finalized a copy of every size up to SHARE_MIN: 2M states, 29 s for 10k rules.  The five
+#: grammars of tests/data and shared/data that reach sharing copy at most 16,413 states
+#: (fuzzing-old/sql.ebnf), so none is affected.
+COPY_BUDGET = 100_000
 #: "over" with sharing: a lexicalized rule (a terminal) used more than once is shared when its
 #: automaton has more than this many states.
 SHARE_TERMINAL_MIN = 64
@@ -120,9 +127,13 @@ class _Approx:
         non-recursive rule that calls something shared and costs at most ``share_min`` states
         to lay out: laid out inline at each occurrence) or ``"share"`` (one copy in the whole
         automaton, entered from every occurrence and left to every return point — the
-        Mohri–Nederhof treatment, a superset).  ``$start`` is always shared."""
+        Mohri–Nederhof treatment, a superset).  ``$start`` is always shared.  Once the copies
+        finalized so far pass :data:`COPY_BUDGET` states, a rule that would be a copy is
+        expanded instead (or shared when recursive): the same language for a rule used once,
+        a superset only where a shared one has several callers."""
         cls: dict[str, str] = {}
         cost: dict[str, int] = {}  # states one occurrence costs (a call costs 2)
+        copied = 0  # states of the "copy" automata finalized so far (COPY_BUDGET)
         xdepth: dict[str, int] = {}  # nesting of "expand" rules inside an expanded rule
 
         # lexicalized rules are terminals: share the big ones used more than once too
@@ -155,15 +166,17 @@ class _Approx:
             dirty = any(e[0] == "n" and cls[e[1]] != "copy" for e, _m in outside)
             est = sum(m * leaf_cost(e, dirty) for e, m in outside) + len(occ)
             how = "share"
+            spent = not dirty and copied + est > COPY_BUDGET
             if START in members:
                 pass
-            elif not dirty and est <= share_min:
+            elif not dirty and not spent and est <= share_min:
                 sizes = [self.nt(a).num_states for a in comp]
                 if max(sizes) <= share_min:
                     how = "copy"
+                    copied += sum(sizes)
                     for a, n in zip(comp, sizes):
                         cost[a] = n
-            elif dirty and not self.pc.recursive[i] and est <= share_min:
+            elif (dirty or spent) and not self.pc.recursive[i] and est <= share_min:
                 # expansions nest (an expanded rule lays out the expanded rules it uses):
                 # bounded, so that laying out never recurses down a long chain of rules
                 d = 1 + max((xdepth.get(e[1], 0) for e, _m in outside if e[0] == "n"),

@@ -64,6 +64,34 @@ def test_chain_of_copies_is_exact():
     assert c.accepts(good) and not c.accepts(good + b"a")
 
 
+def test_long_chain_of_copies_finalizes_a_bounded_number_of_states(monkeypatch):
+    """2,500 rules each the one below plus "a" (issue 23: the 10k-rule chain took 29-40 s,
+    finalizing a copy of every size up to SHARE_MIN = 2,000 — 2M states).  The finalized
+    states are now at most the lexicalization (LEX_TOTAL_STATES), the all-copies attempt
+    (SHARE_BUDGET), COPY_BUDGET and the result, and the language is still exact."""
+    from tractable.fsa.grammar import approx, cfg
+
+    n = 2_500
+    finalized = []
+    real = N._canonical
+
+    def counted(nfa, reduce):
+        out = real(nfa, reduce)
+        finalized.append(out.num_states)
+        return out
+
+    monkeypatch.setattr(N, "_canonical", counted)
+    over = grammar_to_nfa(_gbnf_chain(n, ' "a"'), approximation="over")
+    good = b"x" + b"a" * (n - 1)
+    assert N.matches(over, good)
+    assert not N.matches(over, good[:-1]) and not N.matches(over, good + b"a")
+    assert over.num_states == n + 1
+    bound = (cfg.LEX_TOTAL_STATES + approx.SHARE_BUDGET + approx.COPY_BUDGET
+             + 3 * approx.SHARE_MIN + 4 * n)
+    assert sum(finalized) <= bound
+    assert sum(finalized) > approx.SHARE_BUDGET  # the all-copies attempt did run
+
+
 @pytest.mark.parametrize("syntax, text", [
     ("lark", "start: " + "(" * 3000 + '"x"' + ")" * 3000 + "\n"),
     ("gbnf", "root ::= " + "(" * 3000 + '"x"' + ")" * 3000 + "\n"),
