@@ -8,6 +8,9 @@ an ``index_select``, never a recomputation)::
     logp = lm.logprobs(st)                      # float32 [B, V]: log p(x_t | prompt, x_<t)
     st = lm.advance(st, tokens)                 # tokens: int64 [B]; returns a new state
     st = st.select(idx)                         # idx: int64 [B'] rows (may repeat)
+    st, lp = lm.advance_many(st, toks)          # toks: int64 [B, k]; lp float64 [B, k]:
+                                                # log p of each appended token (one forward
+                                                # pass for HFCausalLM: SMC jump-forward)
 
 ``V`` is the model's logits width (``lm.vocab_size``); ``lm.eos_token_ids`` are the ids that end
 a sequence.  ``lm.calls`` counts forward passes (one batched call counts once) and
@@ -67,6 +70,22 @@ class LanguageModel:
     def advance(self, state: LMState, tokens: torch.Tensor) -> LMState:
         """Append ``tokens`` (int64 [B]) to every row; returns the new state."""
         raise NotImplementedError
+
+    def advance_many(self, state: LMState, tokens: torch.Tensor
+                     ) -> tuple[LMState, torch.Tensor]:
+        """Append ``tokens`` (int64 [B, k]) to every row, left to right.  Returns the new
+        state and float64 [B, k]: ``log p(tokens[b, j] | prefix_b, tokens[b, :j])``.
+
+        This default is ``k`` rounds of :meth:`logprobs` + :meth:`advance`; adapters that can
+        score ``k`` known tokens in one forward pass override it."""
+        out = []
+        for j in range(int(tokens.shape[1])):
+            t = tokens[:, j].to(torch.long)
+            lp = self.logprobs(state)
+            out.append(lp.double().gather(1, t.view(-1, 1).to(lp.device)).view(-1).cpu())
+            state = self.advance(state, t)
+        return state, torch.stack(out, 1) if out else torch.zeros(tokens.shape[0], 0,
+                                                                   dtype=torch.float64)
 
     @property
     def eos(self) -> int:
@@ -157,6 +176,21 @@ class TableLM(LanguageModel):
     def advance(self, state: _TableState, tokens: torch.Tensor) -> _TableState:
         toks = tokens.tolist()
         return _TableState([p + (int(t),) for p, t in zip(state.prefixes, toks)])
+
+    def advance_many(self, state: _TableState, tokens: torch.Tensor
+                     ) -> tuple[_TableState, torch.Tensor]:
+        """Counted as one call of ``B * k`` rows (as a forward pass over k known tokens)."""
+        self.calls += 1
+        toks = tokens.tolist()
+        lp = torch.zeros(len(toks), len(toks[0]) if toks else 0, dtype=torch.float64)
+        prefixes = []
+        for b, (p, row) in enumerate(zip(state.prefixes, toks)):
+            for j, t in enumerate(row):
+                lp[b, j] = self.next_logprobs(p)[int(t)]
+                p = p + (int(t),)
+            prefixes.append(p)
+        self.rows += int(tokens.numel())
+        return _TableState(prefixes), lp
 
 
 # ----------------------------------------------------------------------------- Hugging Face
@@ -264,6 +298,29 @@ class HFCausalLM(LanguageModel):
         self.rows += int(ids.shape[0])
         return _HFState(out.past_key_values, self._logp(out.logits),
                         [p + (int(t),) for p, t in zip(state.prefixes, tokens.tolist())])
+
+    @torch.inference_mode()
+    def advance_many(self, state: _HFState, tokens: torch.Tensor
+                     ) -> tuple[_HFState, torch.Tensor]:
+        """One forward pass over the ``[B, k]`` known tokens (all rows have the same length:
+        no padding).  The first token is scored by the state's stored distribution, token
+        ``j`` by the logits at position ``j - 1``."""
+        ids = tokens.to(torch.long).to(self.device)
+        B, k = ids.shape
+        if k == 0:
+            return state, torch.zeros(B, 0, dtype=torch.float64)
+        out = self.model(input_ids=ids, past_key_values=state.cache, use_cache=True)
+        self.calls += 1
+        self.rows += B * k
+        logits = out.logits[:, :, : self.vocab_size].float()
+        lp_all = torch.log_softmax(logits, dim=-1)  # [B, k, V]
+        first = state.logp.to(ids.device).gather(1, ids[:, :1])
+        rest = lp_all[:, :-1].gather(2, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        lp = torch.cat([first, rest], 1).double().cpu()
+        toks = ids.tolist()
+        return (_HFState(out.past_key_values, lp_all[:, -1].contiguous(),
+                         [p + tuple(int(t) for t in row)
+                          for p, row in zip(state.prefixes, toks)]), lp)
 
 
 # ----------------------------------------------------------------------------- restriction

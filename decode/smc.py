@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,8 @@ from .samplers import awrs_batched
 
 __all__ = ["SMC", "SMCResult", "Potential", "smc", "resample_indices", "PROPOSALS",
            "categorical_draw", "log_mean_exp", "normalize_log_weights"]
+
+_WARNED_CANONICAL = False  # SMC jump_forward="canonical" warns once per process
 
 PROPOSALS = ("lm", "lcd", "gcd", "awrs", "pgcd")
 
@@ -166,12 +169,27 @@ class SMC:
         pgcd_weight: w of the P-GCD proposal (None: the potential's own w, or 0).  A
             :class:`tractable.hmm.pgcd.PGCD` object is both the ``"pgcd"`` proposal (its
             ``proposal_logprobs``) and the potential (paper 002 §4.3).
+        jump_forward: ``True`` / ``"exact"``: where the GCD mask of *every* live particle
+            holds exactly one token (not EOS), append those tokens without proposing and score
+            the whole forced run with one :meth:`~.lm.LanguageModel.advance_many` (one forward
+            pass for :class:`~.lm.HFCausalLM`).  Exact: no tokenization is imposed; a forced
+            step's proposal puts probability 1 on the only token the target allows, so its
+            weight is ``p_lm(token)`` as a GCD step's is (Ẑ stays unbiased).  Rare on JSON:
+            forced *text* can usually be spelled by several token sequences.
+            ``"canonical"`` (automaton constraints; ``vocab=`` here, ``tokenizer=`` to
+            :meth:`run`): where every live particle has forced text, append its canonical
+            tokenization (:mod:`tractable.fsa.jump_forward`, as ``generate(jump_forward=
+            True)``), the same number of tokens per particle, scored the same way; the target
+            becomes p(x | C, forced text spelled canonically) (warns once).  Both cost one
+            check per step and save model calls where particles are in step (a schema's fixed
+            opening, copies after resampling).  ``stats["forced_tokens"]`` counts forced steps.
     """
 
     def __init__(self, lm: LanguageModel, constraint, *, proposal: str | Callable = "gcd",
                  potential: Potential | None = None, max_new_tokens: int = 32,
                  ess_threshold: float = 0.5, resampling: str = "multinomial",
-                 awrs_chunk: int = 8, pgcd_weight: float | None = None, vocab=None) -> None:
+                 awrs_chunk: int = 8, pgcd_weight: float | None = None, vocab=None,
+                 jump_forward: bool | str = False) -> None:
         if isinstance(proposal, str) and proposal not in PROPOSALS:
             raise InvalidArgumentError(
                 f"proposal must be one of {PROPOSALS} or a callable: {proposal!r}")
@@ -193,6 +211,11 @@ class SMC:
         self.resampling = resampling
         self.awrs_chunk = int(awrs_chunk)
         self.pgcd_weight = pgcd_weight
+        if jump_forward not in (False, True, "exact", "canonical"):
+            raise InvalidArgumentError(
+                f'jump_forward must be False, True ("exact") or "canonical": {jump_forward!r}')
+        self.jump_forward = {False: None, True: "exact"}.get(jump_forward, jump_forward)
+        self.vocab = vocab
 
     # ------------------------------------------------------------------ proposals
 
@@ -247,6 +270,64 @@ class SMC:
         inc = np.where(tok < 0, -np.inf, inc)
         return tok, inc
 
+    # ------------------------------------------------------------------ jump-forward
+
+    def _jump_forward_of(self, tokenizer):
+        """The :class:`~tractable.fsa.jump_forward.JumpForward` of ``jump_forward="canonical"``
+        (warns once: it fixes the spelling of forced text)."""
+        global _WARNED_CANONICAL
+        from ..fsa.jump_forward import JumpForward
+
+        A = getattr(self.constraint, "automaton", None)
+        if A is None or self.vocab is None or tokenizer is None:
+            raise InvalidArgumentError(
+                'jump_forward="canonical" needs an automaton constraint, vocab= (to SMC) and '
+                "tokenizer= (to run): it spells forced bytes with the tokenizer")
+        if not _WARNED_CANONICAL:
+            _WARNED_CANONICAL = True
+            warnings.warn('SMC jump_forward="canonical": forced text is appended in its '
+                          "canonical tokenization, so the target is p(x | C, forced text "
+                          "spelled canonically), not p(x | C); jump_forward=True is exact",
+                          UserWarning, stacklevel=3)
+        return JumpForward(A, self.vocab, lambda x: tokenizer.encode(x, add_special_tokens=False))
+
+    def _forced_columns(self, cst, active: np.ndarray, r: int, most: int, jf
+                        ) -> list[np.ndarray]:
+        """Forced tokens of the ``active`` rows, as columns (int64 [len(active)] each, at most
+        ``most``): ``"exact"`` while every row's GCD mask holds one non-EOS token;
+        ``"canonical"`` the shortest of the rows' canonical forced spellings
+        (:meth:`~tractable.fsa.jump_forward.JumpForward.tokens`).  ``cst`` is not mutated."""
+        C = self.constraint
+        cols: list[np.ndarray] = []
+        if most <= 0:
+            return cols
+        eos = list(C.eos_token_ids)
+        if self.jump_forward == "exact":
+            sub = cst.select(torch.from_numpy(active))
+            while len(cols) < most:
+                mask = C.allowed(sub, r - len(cols), "gcd")
+                if not bool((mask.sum(1) == 1).all()):
+                    break
+                tok = mask.to(torch.uint8).argmax(1).numpy().astype(np.int64)
+                if np.isin(tok, eos).any():
+                    break
+                cols.append(tok)
+                sub = C.advance(sub, torch.from_numpy(tok))
+            return cols
+        from ..fsa.state import AutomatonState
+
+        final = C.automaton.final
+        spans = []
+        for i in active.tolist():
+            st = AutomatonState(torch.from_numpy(np.ascontiguousarray(cst.active[i:i + 1])),
+                                final)
+            f = jf.tokens(st, r, "gcd")
+            if not f:
+                return cols
+            spans.append(f)
+        k = min(most, min(len(f) for f in spans))
+        return [np.array([f[j] for f in spans], dtype=np.int64) for j in range(k)]
+
     # ------------------------------------------------------------------ main loop
 
     def run(self, prompt_ids: Sequence[int], n_particles: int = 16, *, seed=None,
@@ -273,7 +354,11 @@ class SMC:
         ended_eos = np.zeros(M, dtype=bool)
         n_resample = 0
         ess_hist: list[float] = []
-        for t in range(self.max_new_tokens):
+        forced_steps = 0
+        jf = self._jump_forward_of(tokenizer) if self.jump_forward == "canonical" else None
+        t = -1
+        while t + 1 < self.max_new_tokens:
+            t += 1
             if progress is not None:
                 progress(t, self.max_new_tokens)
             active = np.nonzero(~done & np.isfinite(logw))[0]
@@ -283,6 +368,35 @@ class SMC:
             if active.size == 0:
                 break
             r = self.max_new_tokens - t
+            if self.jump_forward:
+                # every live particle has forced tokens: append them without proposing, then
+                # score the run with one advance_many (a forced step's weight is p(token))
+                cols = self._forced_columns(cst, active, r, self.max_new_tokens - 1 - t, jf)
+                for tok in cols:
+                    tokens = np.full(M, eos_id, dtype=np.int64)
+                    tokens[active] = tok
+                    if pot is not None:
+                        before = pot.log_value(pst, r).double().numpy()
+                    cst = C.advance(cst, torch.from_numpy(tokens))
+                    if pot is not None:
+                        pst = pot.advance(pst, torch.from_numpy(tokens))
+                        after = pot.log_value(pst, r - 1).double().numpy()
+                        logw[active] += after[active] - before[active]
+                    for i in active.tolist():
+                        seqs[i].append(int(tokens[i]))
+                    t += 1
+                    r -= 1
+                    if progress is not None:
+                        progress(t, self.max_new_tokens)
+                if cols:
+                    run = np.full((M, len(cols)), eos_id, dtype=np.int64)
+                    run[active] = np.stack(cols, 1)
+                    lst, lp = lm.advance_many(lst, torch.from_numpy(run))
+                    logw[active] += lp.numpy()[active].sum(1)
+                    forced_steps += len(cols)
+                    active = active[np.isfinite(logw[active])]
+                    if active.size == 0:
+                        break
             logp = lm.logprobs(lst)
             tok, inc = self._propose(logp, cst, pst, active, r, g)
             tokens = np.full(M, eos_id, dtype=np.int64)
@@ -352,6 +466,7 @@ class SMC:
             "constraint_checks": C.checks - checks0,
             "resampling_steps": n_resample,
             "ess": ess_hist,
+            "forced_tokens": forced_steps,
         }
         if self._awrs_checks:
             stats["awrs_checks_per_token"] = list(self._awrs_checks)
@@ -393,7 +508,7 @@ def smc(model, tokenizer, prompt, automaton_or_constraint, *, n_particles: int =
         proposal: str | Callable = "gcd", max_new_tokens: int = 32, ess_threshold: float = 0.5,
         resampling: str = "multinomial", potential: Potential | None = None, seed=None,
         chat_template: bool = False, vocab=None, awrs_chunk: int = 8,
-        pgcd_weight: float | None = None) -> SMCResult:
+        pgcd_weight: float | None = None, jump_forward: bool | str = False) -> SMCResult:
     """Sample from ``model`` conditioned on a constraint with SMC.
 
     Args:
@@ -405,6 +520,7 @@ def smc(model, tokenizer, prompt, automaton_or_constraint, *, n_particles: int =
             viable/accepts checker (the last two need ``vocab``).
         n_particles: M.  proposal: see :class:`SMC`.  max_new_tokens: the budget N.
         chat_template: wrap a text prompt in the tokenizer's chat template (user turn).
+        jump_forward: ``True`` (exact) or ``"canonical"``: see :class:`SMC`.
 
     Returns:
         :class:`SMCResult` (particles, normalized weights, log Ĝ, a drawn sample, texts).
@@ -425,5 +541,5 @@ def smc(model, tokenizer, prompt, automaton_or_constraint, *, n_particles: int =
     sampler = SMC(lm, automaton_or_constraint, proposal=proposal, potential=potential,
                   max_new_tokens=max_new_tokens, ess_threshold=ess_threshold,
                   resampling=resampling, awrs_chunk=awrs_chunk, vocab=vocab,
-                  pgcd_weight=pgcd_weight)
+                  pgcd_weight=pgcd_weight, jump_forward=jump_forward)
     return sampler.run(ids, n_particles, seed=seed, tokenizer=tokenizer)

@@ -8,6 +8,7 @@ approaches P(· | L) (KL falls).  LCD alone is biased (paper 002 App. A), and th
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -389,3 +390,138 @@ def test_smc_pgcd_potential_with_budget_blind_proposal(proposal, N):
     assert CountingPGCD.deaths > 100  # the bug's path was taken, and the runs went on
     assert all(tuple(p) in post for r in runs for p, lw in
                zip(r.particles, r.log_weights.tolist()) if lw > -math.inf)
+
+
+# ----------------------------------------------------------------------------- jump-forward
+
+
+def _forced_toy():
+    """Tokens 0-3 + EOS 4; every string opens with the forced (2, 3) (a schema's fixed
+    opening), then branches, with a forced middle on one branch; budget 7."""
+    from tractable.decode.lm import TableLM
+
+    from tractable.testing.samplers import ToyProblem, language_constraint
+
+    g = np.random.default_rng(3)
+    rows: dict = {}
+
+    def nxt(p):
+        if p not in rows:
+            rows[p] = g.dirichlet([0.7] * 5).tolist()
+        return rows[p]
+
+    lang = {(2, 3) + s for s in [(0, 1, 1), (1, 0), (0, 0), (1, 1, 1, 0), (0, 1, 2, 2, 2)]}
+    return ToyProblem(TableLM(nxt, 5, 4), language_constraint(lang, 5, 4), 7, lang)
+
+
+def test_advance_many_matches_token_by_token():
+    from tractable.decode.lm import LanguageModel
+
+    ex = _forced_toy()
+    toks = torch.tensor([[2, 3, 0], [2, 3, 1]])
+    st, lp = ex.lm.advance_many(ex.lm.start([], 2), toks)
+    st2, lp2 = LanguageModel.advance_many(ex.lm, ex.lm.start([], 2), toks)  # the default loop
+    assert st.prefixes == st2.prefixes == [(2, 3, 0), (2, 3, 1)]
+    assert torch.allclose(lp, lp2, atol=1e-6) and lp.dtype == torch.float64
+    want = [float(ex.lm.next_logprobs(())[2]), float(ex.lm.next_logprobs((2,))[3]),
+            float(ex.lm.next_logprobs((2, 3))[0])]
+    assert torch.allclose(lp[0], torch.tensor(want, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("proposal", ["gcd", "lcd", "awrs", "lm"])
+def test_smc_jump_forward_is_exact_and_saves_calls(proposal):
+    """Forced runs (every live particle has one allowed token) are appended without proposing
+    and scored in one advance_many: Ĝ and P̃̂ stay unbiased, with fewer LM calls."""
+    ex = _forced_toy()
+    post, G = enumerate_posterior(ex.lm, ex.constraint, [], ex.max_new_tokens)
+    jf = _runs(ex, proposal, 4, 300, seed=31, jump_forward=True, ess_threshold=1.0)
+    _check_unbiased(jf, post, G)
+    assert all(r.stats["forced_tokens"] >= 2 for r in jf)  # the opening, at least
+    plain = _runs(ex, proposal, 4, 300, seed=31, ess_threshold=1.0)
+    calls_jf = np.mean([r.stats["lm_calls"] for r in jf])
+    calls = np.mean([r.stats["lm_calls"] for r in plain])
+    if proposal != "lm":  # (plain "lm" particles die at the opening: ~1 call per run)
+        assert calls_jf <= calls - 1.0, (calls_jf, calls)
+    assert all(tuple(r.particles[i]) in ex.language for r in jf for i in range(4)
+               if np.isfinite(r.log_weights[i].item()))
+
+
+def test_smc_jump_forward_with_potential_unbiased():
+    """With a potential, each forced step still moves it (before/after)."""
+    ex = _forced_toy()
+    post, G = enumerate_posterior(ex.lm, ex.constraint, [], ex.max_new_tokens)
+    pot = _TablePotential(5, 4, seed=9)
+    runs = _runs(ex, "gcd", 4, 300, seed=41, jump_forward=True, potential=pot)
+    _check_unbiased(runs, post, G)
+    assert all(r.stats["forced_tokens"] >= 2 for r in runs)
+
+
+@pytest.fixture(scope="module")
+def smol():
+    from tractable.models import ModelNotInstalledError, load_smollm2, smollm2_vocabulary
+
+    try:
+        model, tok = load_smollm2()
+    except (ModelNotInstalledError, ImportError) as e:  # pragma: no cover - env dependent
+        pytest.skip(f"SmolLM2 unavailable: {e}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield model, tok, smollm2_vocabulary(tok, model)
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.model
+def test_hf_advance_many_matches_token_by_token(smol):
+    """One forward pass over k known tokens = k single-token steps (log-probs and the state
+    after them), on SmolLM2 with a 2-row batch."""
+    from tractable.decode.lm import HFCausalLM
+
+    model, tok, _ = smol
+    lm = HFCausalLM(model, tok)
+    prompt = tok.encode("The capital of France is")
+    toks = torch.tensor([tok.encode(" Paris, a city")[:4], tok.encode(" Lyon and then a town")[:4]])
+    st, lp = lm.advance_many(lm.start(prompt, 2), toks)
+    st2 = lm.start(prompt, 2)
+    ref = []
+    for j in range(toks.shape[1]):
+        ref.append(lm.logprobs(st2).double().gather(1, toks[:, j:j + 1]).view(-1))
+        st2 = lm.advance(st2, toks[:, j])
+    assert torch.allclose(lp, torch.stack(ref, 1), atol=2e-4)
+    assert torch.allclose(lm.logprobs(st), lm.logprobs(st2), atol=2e-4)
+    assert st.prefixes == st2.prefixes
+
+
+@pytest.mark.model
+def test_smc_canonical_jump_forward_on_a_function_call(smol, monkeypatch):
+    """``jump_forward="canonical"`` on SmolLM2: the call's fixed opening is appended in one
+    forward pass; every particle is accepted; fewer model calls than without forcing."""
+    from tractable.decode.lm import HFCausalLM
+    from tractable.decode.smc import smc
+    from tractable.fsa.errors import InvalidArgumentError
+    from tractable.fsa.json_schema import compile_json_schema
+
+    model, tok, vocab = smol
+    schema = {"type": "object", "properties": {
+        "name": {"const": "get_weather"},
+        "arguments": {"type": "object", "properties": {"city": {"type": "string",
+                                                                  "maxLength": 12}},
+                      "required": ["city"], "additionalProperties": False}},
+        "required": ["name", "arguments"], "additionalProperties": False}
+    A = compile_json_schema(schema, vocab)
+    N = A.min_tokens_to_accept() + 6
+    msg = "What is the weather in Paris? Answer with a JSON function call to get_weather."
+    with pytest.raises(InvalidArgumentError, match="canonical"):
+        SMC(HFCausalLM(model, tok), A, jump_forward="canonical").run([1], 2)
+    monkeypatch.setattr(sys.modules["tractable.decode.smc"], "_WARNED_CANONICAL", False)
+    with pytest.warns(UserWarning, match="canonical"):
+        jf = smc(model, tok, msg, A, n_particles=3, max_new_tokens=N, chat_template=True,
+                 seed=0, vocab=vocab, jump_forward="canonical")
+    plain = smc(model, tok, msg, A, n_particles=3, max_new_tokens=N, chat_template=True,
+                seed=0, vocab=vocab)
+    assert jf.stats["forced_tokens"] >= 8  # {"name": "get_weather", "arguments": {"city": "
+    for p, w in zip(jf.particles, jf.log_weights.tolist()):
+        if math.isfinite(w):
+            assert A.accepts(p)
+    assert jf.sample >= 0
+    assert jf.stats["lm_calls"] < plain.stats["lm_calls"]
+

@@ -161,6 +161,25 @@ def test_sample_with_any_local_model(capsys, tmp_path, gpt2_tokenizer):
     assert all(re.search(r"'[ab]{2}1'", ln) for ln in lines), out
 
 
+def test_sample_smc_jump_forward(capsys, tmp_path, gpt2_tokenizer, monkeypatch):
+    """``tractable sample --jump-forward canonical``: the forced text of ``abc[12]`` is
+    appended unsampled (counted in the summary line), every particle valid; refused for CARS."""
+    folder, _, _ = _tiny_llama(tmp_path, gpt2_tokenizer)
+    args = ["sample", "--model", str(folder), "--prompt", "code:", "--regex", "abcde[12]",
+            "-k", "3", "--max-new-tokens", "8", "--threads", "1", "--jump-forward"]
+    assert main(args + ["canonical", "--method", "cars"]) == 2
+    assert "--jump-forward is used by SMC" in capsys.readouterr().out
+    monkeypatch.setattr(sys.modules["tractable.decode.smc"], "_WARNED_CANONICAL", False)
+    with pytest.warns(UserWarning, match="canonical"):
+        status = main(args + ["canonical", "--method", "smc"])
+    out, err = capsys.readouterr()
+    assert status == 0, (out, err)
+    lines = [ln for ln in out.splitlines() if ln.startswith("[")]
+    assert len(lines) == 3 and all(re.search(r"valid +'abcde[12]'", ln) for ln in lines), out
+    forced = int(re.search(r"forced tokens=(\d+)", out).group(1))
+    assert forced >= 1, out
+
+
 def test_sample_smc_with_pgcd_proposal_and_potential(capsys, tmp_path, gpt2_tokenizer):
     """``tractable sample --method smc --proposal pgcd --hmm DIR`` (issue 20, "users see it"):
     the HMM folder is checked against the model's vocabulary, P-GCD is the proposal and the

@@ -49,6 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pgcd-weight", type=float, default=0.5,
                    help="w of the P-GCD proposal q ∝ p_lm^w p_hmm^(1-w) (default 0.5)")
     p.add_argument("--particles", "-k", type=int, default=8, help="particles / samples K")
+    p.add_argument("--jump-forward", choices=("off", "exact", "canonical"), default="off",
+                   help="SMC methods: append forced tokens unsampled, scored in one forward "
+                        "pass (exact: only single-token masks; canonical: forced text in its "
+                        "canonical tokenization, which changes the target; see tractable SMC)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="token budget N (EOS included)")
     p.add_argument("--ess-threshold", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
@@ -116,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     potential = None
     uses_smc = args.method in ("smc", "awrs", "gcd", "lcd")
+    jf = {"off": False, "exact": True, "canonical": "canonical"}[args.jump_forward]
+    if jf and not uses_smc:
+        print(f"error: --jump-forward is used by SMC (--method smc/awrs/gcd/lcd), not "
+              f"{args.method}")
+        return 2
     if args.method == "smc" and args.proposal == "pgcd" and args.hmm is None:
         print("error: --proposal pgcd needs --hmm DIR (an HMM from tractable distill)")
         return 2
@@ -163,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     proposal = {"awrs": "awrs", "smc": args.proposal, "gcd": "gcd", "lcd": "lcd"}[args.method]
     tau = args.ess_threshold if args.method in ("awrs", "smc") else 0.0
     s = SMC(lm, C, proposal=proposal, max_new_tokens=args.max_new_tokens, ess_threshold=tau,
-            potential=potential)
+            potential=potential, vocab=vocab, jump_forward=jf)
     res = s.run(prompt, args.particles, seed=args.seed, tokenizer=tok,
                 progress=lambda t, n: _progress(f"token {t + 1}/{n}", end="\r"))
     _progress("")
@@ -179,5 +188,6 @@ def run(args: argparse.Namespace) -> int:
           f"log_G={res.log_G:.4f} "
           f"time={dt:.2f} s forward passes={res.stats['lm_calls']} "
           f"constraint checks={res.stats['constraint_checks']} "
-          f"resampling steps={res.stats['resampling_steps']}")
+          f"resampling steps={res.stats['resampling_steps']} "
+          f"forced tokens={res.stats['forced_tokens']}")
     return 0
