@@ -65,9 +65,10 @@ always uses V1) and model runner V2's (CUDA builds may default to it; its loader
 V1-only classes): V2 has no batch updates, so a request's record lives in its slot
 (``add_request``) and each step reads the tokens committed since the last one (the row's input
 token; a resumed request's earlier outputs from the runner's token buffer).  The V2 path is
-tested here against a simulated runner (no CUDA machine in CI).  No speculative decoding (vLLM
-refuses custom logits processors with it).  vLLM is imported lazily: this module imports
-without it.
+tested here against a simulated runner (no CUDA machine in CI).  No jump-forward here: neither
+interface lets a logits processor append tokens (a forced token costs one engine step, with a
+one-token mask).  No speculative decoding (vLLM refuses custom logits processors with it).
+vLLM is imported lazily: this module imports without it.
 """
 
 from __future__ import annotations
