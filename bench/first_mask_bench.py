@@ -47,6 +47,7 @@ REGEXES = {
     "regex email": r"[a-z0-9._%+-]{1,20}@[a-z0-9-]{1,20}\.(com|org|net)",
 }
 SCHEMA_SUBSETS = ["Glaiveai2K", "Github_medium"]
+STAGES = ("import", "vocabulary", "compile", "mask")
 
 _CHILD = r'''
 import json, sys, time
@@ -237,7 +238,7 @@ def report(meta: dict, rows: list[dict]) -> str:
                 if eng == "tractable" and walls and ref_med:
                     total += 1
                     wins += quantile(walls, 0.5) <= ref_med
-                stages = " | ".join(cell(rs, k) for k in ("import", "vocabulary", "compile", "mask"))
+                stages = " | ".join(cell(rs, k) for k in STAGES)
                 err = f" ({len(errs)} failed: {errs[0]})" if errs else ""
                 lines.append(f"| {vocab} | {case} | {eng}{err} | {cell(rs, 'wall')} | {stages} "
                              f"| {ratio} |")
