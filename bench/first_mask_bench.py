@@ -215,7 +215,7 @@ def report(meta: dict, rows: list[dict]) -> str:
              "(p90) over the runs.  `wall` = the child's life as the parent sees it (interpreter "
              "start included); the stages are timed inside it (see the script's docstring).  "
              "Ratio = wall median / xgrammar's.", "",
-             "| vocab | case | engine | wall | import | vocab | compile | first mask "
+             "| vocab | case | engine | wall | import | vocabulary | compile | first mask "
              "| wall / xgrammar |", "|---|---|---|---|---|---|---|---|---|"]
 
     def cell(rs, key):
