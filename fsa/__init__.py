@@ -14,7 +14,8 @@ Front ends (sub-packages): a constraint → a byte-level NFA → a token automat
 The core: vocabulary, byte NFAs, the lift to tokens, the automaton, per-request state, masks
 
 * :mod:`.vocabulary` — :class:`TokenVocabulary`, the exact bytes of every token id, and its
-  fingerprint;
+  fingerprint; :mod:`.vocabulary_cache` (vocabularies read from tokenizer files, kept on disk
+  once per machine);
 * :mod:`.nfa` — :class:`ByteNFA` and its combinators; :mod:`.nfa_subsets` (partial subset
   construction on whitespace edges), :mod:`.nfa_bisim` (bisimulation reduction),
   :mod:`.nfa_determinize` (DFA sizes, for reports), :mod:`.nfa_automata_lib` (bridge to

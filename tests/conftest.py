@@ -12,8 +12,11 @@ installed ``tractable`` (its editable finder comes after ``sys.path``).
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,6 +36,12 @@ if "TRITON_INTERPRET" not in os.environ:
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"
 FIXTURES = Path(os.environ.get("TRACTABLE_FIXTURES", ROOT / "fixtures"))
+
+# Tests write only to temporary folders: the per-machine vocabulary cache
+# (tractable.fsa.vocabulary_cache) goes to one for the session, subprocesses included.
+_CACHE = tempfile.mkdtemp(prefix="tractable-test-cache-")
+os.environ["TRACTABLE_CACHE_DIR"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 
 def tokenizer_path(name: str) -> Path:
