@@ -70,6 +70,9 @@ _KNOWN_EOS = (
     "<|end|>",
 )
 
+#: The arrays of a :class:`VocabTrie`, in field order.
+_TRIE_FIELDS = ("parent", "byte", "child_ptr", "level_ptr", "term_ptr", "term_tokens")
+
 #: Values of :attr:`TokenVocabulary.leading_space_rule`.
 LEADING_SPACE_RULES = ("none", "strip", "metaspace")
 
@@ -254,8 +257,14 @@ class TokenVocabulary:
         tokenizer,
         vocab_size: int | None = None,
         eos_token_ids: Iterable[int | str] | None = None,
+        *,
+        cache: bool = True,
     ) -> TokenVocabulary:
         """From a ``transformers`` fast tokenizer or a ``tokenizers.Tokenizer``.
+
+        With ``cache`` (default) the result and its trie are kept in the per-machine cache
+        (:mod:`.vocabulary_cache`, keyed by the tokenizer's JSON serialization and the
+        arguments): 0.5-0.8 s -> ~0.3 s for Llama-3 / Qwen3 in a later process.
 
         Args:
             tokenizer: the tokenizer (its ``backend_tokenizer`` is read: the token strings,
@@ -273,17 +282,33 @@ class TokenVocabulary:
                 decoder), ``vocab_size`` smaller than the tokenizer, or an unknown EOS.
         """
         backend = _backend_tokenizer(tokenizer)
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        if eos_token_ids is None:
+            eos = getattr(tokenizer, "eos_token_id", None)
+            if eos is not None:
+                eos_token_ids = [eos] if isinstance(eos, int) else list(eos)
+        key = None
+        if cache:
+            from . import vocabulary_cache as vc
+
+            try:
+                raw = backend.to_str().encode("utf-8")
+            except Exception:  # noqa: BLE001 - a backend that cannot serialize: no cache
+                raw = None
+            if raw is not None:
+                key = vc.cache_key(raw, None, vocab_size, eos_token_ids)
+                hit = cls._from_cache_entry(vc.load_entry(key), name)
+                if hit is not None:
+                    return hit
         # The backend's `special` flags decide, as they do for decode(skip_special_tokens=True)
         # (tokens added through transformers' add_special_tokens are flagged there too).
         table = _table_from_backend(backend)
         if eos_token_ids is None:
-            eos = getattr(tokenizer, "eos_token_id", None)
-            if eos is None:
-                eos_token_ids = _guess_eos(table)
-            else:
-                eos_token_ids = [eos] if isinstance(eos, int) else list(eos)
-        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-        return cls._from_table(table, vocab_size, eos_token_ids, name)
+            eos_token_ids = _guess_eos(table)
+        v = cls._from_table(table, vocab_size, eos_token_ids, name)
+        if key is not None:
+            vc.store_entry(key, v._cache_entry())
+        return v
 
     @classmethod
     def from_tokenizer_file(
@@ -376,17 +401,11 @@ class TokenVocabulary:
 
     def _cache_entry(self) -> dict[str, np.ndarray]:
         """The arrays :mod:`.vocabulary_cache` stores for this vocabulary (its trie built)."""
-        lens = np.array([-1 if b is None else len(b) for b in self.token_bytes], dtype=np.int64)
+        from .vocabulary_cache import pack
+
         t = self.trie
-        return {
-            "lens": lens,
-            "data": np.frombuffer(b"".join(b for b in self.token_bytes if b), dtype=np.uint8),
-            "eos": np.array(self.eos_token_ids, dtype=np.int64),
-            "rule": np.array(self.leading_space_rule),
-            "fingerprint": np.array(self.fingerprint),
-            **{f"trie_{k}": getattr(t, k) for k in
-               ("parent", "byte", "child_ptr", "level_ptr", "term_ptr", "term_tokens")},
-        }
+        return pack(self.token_bytes, self.eos_token_ids, self.leading_space_rule,
+                    self.fingerprint, {k: getattr(t, k) for k in _TRIE_FIELDS})
 
     @classmethod
     def _from_cache_entry(cls, e: dict[str, np.ndarray] | None, name: str
@@ -394,30 +413,19 @@ class TokenVocabulary:
         """The vocabulary of a cache entry (named ``name``: the file it was asked for), or
         None when it is missing or does not check out (its fingerprint recomputed from the
         bytes must match)."""
-        if e is None:
+        from .vocabulary_cache import unpack
+
+        got = unpack(e, _TRIE_FIELDS)
+        if got is None:
             return None
+        tb, eos, rule, fingerprint, trie = got
         try:
-            lens = e["lens"].astype(np.int64)
-            data = e["data"].tobytes()
-            ends = np.cumsum(np.maximum(lens, 0)).tolist()
-            if (ends[-1] if ends else 0) != len(data):
-                return None
-            tb: list[bytes | None] = []
-            start = 0
-            for n, end in zip(lens.tolist(), ends):
-                tb.append(None if n < 0 else data[start:end])
-                start = end
-            v = cls(tuple(tb), tuple(int(x) for x in e["eos"].tolist()), name, str(e["rule"]))
-            if v.fingerprint != str(e["fingerprint"]):
-                return None
-            trie = VocabTrie(*(e[f"trie_{k}"] for k in ("parent", "byte", "child_ptr",
-                                                         "level_ptr", "term_ptr",
-                                                         "term_tokens")))
-            if int(trie.term_ptr[-1]) != int(np.count_nonzero(lens > 0)):
-                return None
-        except Exception:  # noqa: BLE001 - an entry that does not check out is a miss
+            v = cls(tb, eos, name, rule)
+        except VocabularyError:
             return None
-        v.__dict__["trie"] = trie  # the cached_property's slot
+        if v.fingerprint != fingerprint:
+            return None
+        v.__dict__["trie"] = VocabTrie(*trie)  # the cached_property's slot
         return v
 
     # ---------------------------------------------------------------- queries

@@ -145,3 +145,30 @@ def test_the_suite_writes_its_cache_to_a_temporary_folder():
     d = vc.cache_dir()
     assert d is not None and str(d).startswith(tempfile.gettempdir())
     assert os.environ["TRACTABLE_CACHE_DIR"] in str(d)
+
+
+def test_huggingface_tokenizers_are_cached_too(cache):
+    """``from_huggingface`` keys on the tokenizer's JSON serialization: a hit equals a fresh
+    read for a transformers tokenizer and a bare ``tokenizers.Tokenizer``; a different EOS or
+    an added token is another entry."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    path = str(tokenizer_path("llama3"))
+    hf = PreTrainedTokenizerFast(tokenizer_file=path, eos_token="<|eot_id|>")
+    fresh = TokenVocabulary.from_huggingface(hf, cache=False)
+    assert not cache.exists()
+    TokenVocabulary.from_huggingface(hf)
+    hit = TokenVocabulary.from_huggingface(hf)
+    assert "trie" in hit.__dict__ and len(list(cache.glob("*.npz"))) == 1
+    _same(fresh, hit)
+    assert hit.eos_token_ids == (128009,)
+    bare = Tokenizer.from_file(str(tokenizer_path("gpt2")))
+    b0 = TokenVocabulary.from_huggingface(bare, cache=False)
+    TokenVocabulary.from_huggingface(bare)
+    _same(b0, TokenVocabulary.from_huggingface(bare))
+    other = TokenVocabulary.from_huggingface(bare, eos_token_ids=[198])
+    assert other.eos_token_ids == (198,) and len(list(cache.glob("*.npz"))) == 3
+    bare.add_tokens(["<my_new_token>"])
+    grown = TokenVocabulary.from_huggingface(bare)
+    assert grown.size == b0.size + 1 and grown.token_bytes[-1] == b"<my_new_token>"
