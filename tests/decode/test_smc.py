@@ -456,27 +456,13 @@ def test_smc_jump_forward_with_potential_unbiased():
     assert all(r.stats["forced_tokens"] >= 2 for r in runs)
 
 
-@pytest.fixture(scope="module")
-def smol():
-    from tractable.models import ModelNotInstalledError, load_smollm2, smollm2_vocabulary
-
-    try:
-        model, tok = load_smollm2()
-    except (ModelNotInstalledError, ImportError) as e:  # pragma: no cover - env dependent
-        pytest.skip(f"SmolLM2 unavailable: {e}")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield model, tok, smollm2_vocabulary(tok, model)
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.model
-def test_hf_advance_many_matches_token_by_token(smol):
+def test_hf_advance_many_matches_token_by_token(smollm2):
     """One forward pass over k known tokens = k single-token steps (log-probs and the state
     after them), on SmolLM2 with a 2-row batch."""
     from tractable.decode.lm import HFCausalLM
 
-    model, tok, _ = smol
+    model, tok = smollm2
     lm = HFCausalLM(model, tok)
     prompt = tok.encode("The capital of France is")
     toks = torch.tensor([tok.encode(" Paris, a city")[:4], tok.encode(" Lyon and then a town")[:4]])
@@ -492,7 +478,7 @@ def test_hf_advance_many_matches_token_by_token(smol):
 
 
 @pytest.mark.model
-def test_smc_canonical_jump_forward_on_a_function_call(smol, monkeypatch):
+def test_smc_canonical_jump_forward_on_a_function_call(smollm2, monkeypatch):
     """``jump_forward="canonical"`` on SmolLM2: the call's fixed opening is appended in one
     forward pass; every particle is accepted; fewer model calls than without forcing."""
     from tractable.decode.lm import HFCausalLM
@@ -500,7 +486,10 @@ def test_smc_canonical_jump_forward_on_a_function_call(smol, monkeypatch):
     from tractable.fsa.errors import InvalidArgumentError
     from tractable.fsa.json_schema import compile_json_schema
 
-    model, tok, vocab = smol
+    from tractable.models import smollm2_vocabulary
+
+    model, tok = smollm2
+    vocab = smollm2_vocabulary(tok, model)
     schema = {"type": "object", "properties": {
         "name": {"const": "get_weather"},
         "arguments": {"type": "object", "properties": {"city": {"type": "string",
