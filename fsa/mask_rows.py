@@ -30,7 +30,8 @@ class PrefixRows:
     """Prefix rows of one automaton's states (module docstring).
 
     Attributes: ``pair_key`` int64 [P] = state * K + level over the (state, level) pairs,
-    ascending; ``pair_ptr`` int64 [S + 1]: pairs of state s are ``pair_ptr[s]:pair_ptr[s+1]``;
+    ascending; ``pair_ptr`` int64 [S + 1]: pairs of state s are ``pair_ptr[s]:pair_ptr[s+1]``
+    (``pair_ptr_list``: the same as a list; ``pair_level_list``: each pair's level, a list);
     ``rows[s]``: int32 [k_s, W] (row j = OR of the labels of the edges of s's first j + 1
     levels) or None until filled; ``live[s]``: row j non-empty? (a label row is never empty
     in a built or loaded automaton; one made by hand may be).  Mutated only by ``fill`` (and
@@ -65,8 +66,8 @@ class PrefixRows:
         self.pair_ptr = np.searchsorted(srcs[start], np.arange(S + 1)).astype(np.int64)
         self.state_edge_lo = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
         self._pair_start = start
-        self._pair_ptr_list = self.pair_ptr.tolist()
-        self._pair_level_list = dd[start].tolist()
+        self.pair_ptr_list = self.pair_ptr.tolist()
+        self.pair_level_list = dd[start].tolist()
         self.rows: list[np.ndarray | None] = [None] * S
         self.live: list[list[bool] | None] = [None] * S  # prefix row j non-empty?
         P = start.size
@@ -94,17 +95,19 @@ class PrefixRows:
         self.rows[s] = out
         return out
 
-    def union_into(self, row: np.ndarray, members: np.ndarray, d: int, full: bool) -> bool:
-        """OR into ``row`` (int32 [W], overwritten) the prefix rows of ``members`` at level
-        ``d`` (``full``: d >= every level, i.e. each member's last prefix row).  Returns False
-        (``row`` unspecified) when the union is empty (no member has a non-empty label on an
-        edge at distance <= d)."""
+    def union_into(self, buf: np.ndarray, members: np.ndarray, d: int,
+                   full: bool) -> np.ndarray | None:
+        """The union of the prefix rows of ``members`` at level ``d`` (``full``: d >= every
+        level, i.e. each member's last prefix row): None when it is empty (no member has a
+        non-empty label on an edge at distance <= d); the member's own prefix row (int32 [W],
+        not copied: read it, never write it) when exactly one member contributes; else ``buf``
+        (int32 [W], overwritten) holding the OR.  ``buf`` is unspecified unless returned."""
         prefix = self.rows
         if members.size <= _SMALL_SET:  # the common case (often one member): no arrays
-            ptr = self._pair_ptr_list
-            levels = self._pair_level_list
+            ptr = self.pair_ptr_list
+            levels = self.pair_level_list
             live = self.live
-            first = True
+            got = None
             for s in members.tolist():
                 a, b = ptr[s], ptr[s + 1]
                 j = b - 1 if full else bisect_right(levels, d, a, b) - 1
@@ -115,12 +118,14 @@ class PrefixRows:
                     rows = self.fill(s)
                 if not live[s][j - a]:
                     continue
-                if first:
-                    row[:] = rows[j - a]
-                    first = False
+                if got is None:
+                    got = rows[j - a]
+                elif got is buf:
+                    np.bitwise_or(buf, rows[j - a], out=buf)
                 else:
-                    np.bitwise_or(row, rows[j - a], out=row)
-            return not first
+                    np.bitwise_or(got, rows[j - a], out=buf)
+                    got = buf
+            return got
         if full:
             ms = members[self.pair_ptr[members + 1] > self.pair_ptr[members]]
             js = self.pair_ptr[ms + 1] - self.pair_ptr[ms] - 1
@@ -129,18 +134,18 @@ class PrefixRows:
             ok = (q >= 0) & (q >= self.pair_ptr[members]) & (q < self.pair_ptr[members + 1])
             ms = members[ok]
             js = q[ok] - self.pair_ptr[ms]
-        if ms.size == 0:
-            return False
-        first = True
+        got = None
         for s, j in zip(ms.tolist(), js.tolist()):
             rows = prefix[s]
             if rows is None:
                 rows = self.fill(s)
             if not self.live[s][j]:
                 continue
-            if first:
-                row[:] = rows[j]
-                first = False
+            if got is None:
+                got = rows[j]
+            elif got is buf:
+                np.bitwise_or(buf, rows[j], out=buf)
             else:
-                np.bitwise_or(row, rows[j], out=row)
-        return not first
+                np.bitwise_or(got, rows[j], out=buf)
+                got = buf
+        return got

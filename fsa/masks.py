@@ -68,30 +68,35 @@ Fast masks
 For a state s, sort its out-edges by the distance of their destination.  The GCD mask of {s} for
 threshold d = r − 1 is the OR of the packed label rows of a *prefix* of that list; the prefix
 rows of every (state, distance level) are built once (:mod:`.mask_rows`: for all states when the
-engine is made if they fit in 16 MiB, else per state on first use).  The mask of a set X is the
-OR of its members' prefix rows, written straight into the next row of one contiguous int32 table
-and cached per (interned set, clamped threshold) (state sets repeat across steps and requests:
-DFA-like lazy caching of the sets actually visited; the automaton is never determinized).  A
-first-time (cold) mask is then a bisect and one or a few 16 KiB row ORs: measured ~3.7 us
-against ~2 us warm for a batch-1 walk at Llama-3's 128k ids (issue 21, bench/mask_bench.py).
-Tables reserve 16 MiB of rows up front (calloc'd: pages are mapped as rows are written; the
-first 64 rows are touched at set-up), so they seldom grow.  A warm mask is then a dict lookup
-and a row copy.  LCD is the same union with no threshold.  Advance is cached per (set, token).
+engine is made if they fit in 16 MiB, else per state on first use).  The mask of a one-member
+set (every set of a DFA-like automaton) *is* its member's prefix row: a first-time mask is a
+bisect over the member's levels and a dict entry, without the lock and without copying the row
+(OR-ed with the EOS row when the member is accepting, it takes a table row as below).  The mask
+of a larger set X is the OR of its members' prefix rows, written straight into the next row of
+one contiguous int32 table.  Masks are cached per (interned set, r) and per (set, clamped
+threshold) (state sets repeat across steps and requests: DFA-like lazy caching of the sets
+actually visited; the automaton is never determinized).  Tables reserve 16 MiB of rows up front
+(calloc'd: pages are mapped as rows are written; the first 64 rows are touched at set-up), so
+they seldom grow.  A warm mask is then a dict lookup and a row copy.  LCD is the same union with
+no threshold.  Advance is cached per (set, token); a first-time advance into a one-member set
+reads that state's facts (out-edges, distances, final flag), precomputed per state when the
+engine is made, instead of array work over the set.
 On CUDA automata the batched Triton kernel (:mod:`tractable.kernels.token_mask`) computes the masks.
 
 Threads
 -------
 One automaton may be shared by any number of threads.  Every cache *fill* (a new set, a new
 transition, a new mask row, a table reset) runs under the engine's lock; warm reads take no
-lock.  Mask-table rows are never rewritten once published: a table that reaches its byte limit
-is replaced by a new one (the old one stays intact for readers still holding it), so a row index
-is always read from the table it was published in.  ``tests/fsa/test_thread_safety.py`` hammers
+lock (nor does the first mask of a one-member set, above).  Mask rows are never rewritten once
+published: a table that reaches its byte limit is replaced by a new one (the old one stays
+intact for readers still holding its rows).  ``tests/fsa/test_thread_safety.py`` hammers
 first-time fills and resets from several threads against a single-threaded reference.
 """
 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from typing import Any
 
 import numpy as np
@@ -166,8 +171,11 @@ def identity(A: Any) -> AutomatonIdentity:
 
 class _MaskTable:
     """One generation of the mask table: ``rows`` int32 [capacity, W] (row 0 all zero; rows
-    below ``n_rows`` are never rewritten), ``fast`` (set id, r) → row, ``by_level`` (set id,
-    clamped threshold) → row."""
+    below ``n_rows`` are never rewritten), ``fast`` (set id, r) → mask row, ``by_level`` (set
+    id, clamped threshold) → mask row.  A mask row (int32 [W], read-only by convention) is a
+    row of ``rows``, a per-state prefix row of :class:`~.mask_rows.PrefixRows` (a set whose
+    mask is one member's prefix row is not copied), the engine's ``eos_row`` or its
+    ``zero_row`` (the empty mask)."""
 
     __slots__ = ("rows", "n_rows", "fast", "by_level")
 
@@ -179,8 +187,8 @@ class _MaskTable:
         # measured 140-170 us at 128k ids, belong to set-up, not to the first mask)
         self.rows[: min(max(2, capacity), _PREFAULT_ROWS)] = 0
         self.n_rows = 1
-        self.fast: dict[tuple[int, int | None], int] = {}
-        self.by_level: dict[tuple[int, int], int] = {}
+        self.fast: dict[tuple[int, int | None], np.ndarray] = {}
+        self.by_level: dict[tuple[int, int], np.ndarray] = {}
 
 
 class MaskEngine:
@@ -215,7 +223,24 @@ class MaskEngine:
         self._lock = threading.RLock()
         self.prefix = PrefixRows(self.S, self.W, self.out_ptr, self.out_edge, self.dst,
                                  self.label, self.labels, self.dist)
-        # set interner
+        # per-state facts (a singleton set, the common case of DFA-like automata, is interned
+        # from these without array work): out-edges as views of the CSR order, the smallest /
+        # largest destination distance, final flags and distances as Python lists
+        e = self.out_edge
+        self.e_label, self.e_dst = self.label[e], self.dst[e]
+        ptr = self.out_ptr.tolist()
+        self._ptr = ptr
+        lo = np.full(self.S, _NO_EDGE, dtype=np.int64)
+        hi = np.full(self.S, -1, dtype=np.int64)
+        has = np.diff(self.out_ptr) > 0
+        if e.size:
+            dd = self.dist[self.e_dst]
+            lo[has] = np.minimum.reduceat(dd, self.out_ptr[:-1][has])
+            hi[has] = np.maximum.reduceat(dd, self.out_ptr[:-1][has])
+        self._state_lo, self._state_hi = lo.tolist(), hi.tolist()
+        self._state_final = self.final.astype(bool).tolist()
+        self._state_dist = self.dist.tolist()
+        # set interner: key = the members' int64 bytes (ascending)
         self._set_of_key: dict[bytes, int] = {}
         self.set_rows = np.zeros((16, self.S), dtype=bool)
         self.set_members: list[np.ndarray] = []
@@ -224,6 +249,7 @@ class MaskEngine:
         self.set_lo: list[int] = []  # smallest destination distance of an out-edge (or _NO_EDGE)
         self.set_hi: list[int] = []  # largest (or -1)
         self.set_edges: list[tuple[np.ndarray, np.ndarray] | None] = []
+        self.set_single: list[int] = []  # the member of a one-member set, else -1
         self._trans: dict[tuple[int, int], int] = {}
         self.set_tensor1: dict[int, torch.Tensor] = {}  # set id -> bool [1, S] (read-only use)
         self.tab = _MaskTable(self.W, self._table_capacity())
@@ -238,41 +264,57 @@ class MaskEngine:
 
     def intern(self, row: np.ndarray) -> int:
         """Id of the state set ``row`` (bool [S]), adding it if new."""
-        key = row.tobytes()
+        return self.intern_members(np.flatnonzero(row))
+
+    def intern_members(self, members: np.ndarray) -> int:
+        """Id of the state set with ``members`` (int64 [k], ascending, distinct), adding it if
+        new."""
+        key = members.tobytes()
         sid = self._set_of_key.get(key)
         if sid is not None:
             return sid
         with self._lock:
             sid = self._set_of_key.get(key)
             if sid is None:
-                sid = self._add_set(row, key)
+                sid = self._add_set(members.astype(np.int64, copy=False), key)
         return sid
 
-    def _add_set(self, row: np.ndarray, key: bytes) -> int:
+    def _add_set(self, members: np.ndarray, key: bytes) -> int:
         # under the lock; every per-set list is filled before the key is published
         sid = len(self.set_members)
         if sid >= self.set_rows.shape[0]:
             grown = np.zeros((2 * self.set_rows.shape[0], self.S), dtype=bool)
             grown[:sid] = self.set_rows[:sid]
             self.set_rows = grown
-        self.set_rows[sid] = row
-        members = np.nonzero(row)[0]
-        self.set_final.append(bool(self.final[members].any()) if members.size else False)
-        self.set_min.append(int(self.dist[members].min()) if members.size else _NO_EDGE)
-        if members.size:
-            segs = [self.out_edge[self.out_ptr[s]:self.out_ptr[s + 1]] for s in members]
-            e = np.concatenate(segs)
+        self.set_rows[sid, members] = True
+        if members.size == 1:  # per-state facts, no array work
+            s = members.item(0)
+            a, b = self._ptr[s], self._ptr[s + 1]
+            self.set_final.append(self._state_final[s])
+            self.set_min.append(self._state_dist[s])
+            self.set_lo.append(self._state_lo[s])
+            self.set_hi.append(self._state_hi[s])
+            self.set_edges.append((self.e_label[a:b], self.e_dst[a:b]) if b > a else None)
+            self.set_single.append(s)
         else:
-            e = np.zeros(0, dtype=np.int64)
-        if e.size:
-            d = self.dist[self.dst[e]]
-            self.set_lo.append(int(d.min()))
-            self.set_hi.append(int(d.max()))
-            self.set_edges.append((self.label[e], self.dst[e]))
-        else:
-            self.set_lo.append(_NO_EDGE)
-            self.set_hi.append(-1)
-            self.set_edges.append(None)
+            self.set_final.append(bool(self.final[members].any()) if members.size else False)
+            self.set_min.append(int(self.dist[members].min()) if members.size else _NO_EDGE)
+            if members.size:
+                ptr = self._ptr
+                lab = np.concatenate([self.e_label[ptr[s]:ptr[s + 1]] for s in members.tolist()])
+                dst = np.concatenate([self.e_dst[ptr[s]:ptr[s + 1]] for s in members.tolist()])
+            else:
+                lab = dst = np.zeros(0, dtype=np.int64)
+            if dst.size:
+                d = self.dist[dst]
+                self.set_lo.append(int(d.min()))
+                self.set_hi.append(int(d.max()))
+                self.set_edges.append((lab, dst))
+            else:
+                self.set_lo.append(_NO_EDGE)
+                self.set_hi.append(-1)
+                self.set_edges.append(None)
+            self.set_single.append(-1)
         self.set_members.append(members)  # len(set_members) numbers the sets: append it last
         self._set_of_key[key] = sid
         return sid
@@ -326,10 +368,13 @@ class MaskEngine:
                 nid = self.empty_id
             else:
                 lab, dst = edges
-                hit = ((self.labels[lab, tok >> 5] >> (tok & 31)) & 1).astype(bool)
-                row = np.zeros(self.S, dtype=bool)
-                row[dst[hit]] = True
-                nid = self.intern(row)
+                hit = np.flatnonzero((self.labels[lab, tok >> 5] >> (tok & 31)) & 1)
+                if hit.size == 1:
+                    nid = self.intern_members(dst[hit])
+                elif hit.size == 0:
+                    nid = self.empty_id
+                else:
+                    nid = self.intern_members(np.unique(dst[hit]))
             if len(self._trans) >= _MAX_TRANSITIONS:
                 self._trans.clear()
             self._trans[key] = nid
@@ -341,41 +386,58 @@ class MaskEngine:
         """Rows a new mask table reserves (calloc'd: only filled rows take memory)."""
         return max(64, min(self.max_table_bytes, _RESERVE_TABLE_BYTES) // (self.W * 4) + 1)
 
-    def row(self, sid: int, r: int | None) -> tuple[_MaskTable, int]:
-        """(table, row) holding set ``sid``'s mask for ``r`` remaining tokens (``None``: no
-        budget, i.e. LCD; r <= 0: row 0).  Read the row as ``table.rows[row]``."""
-        tab = self.tab
-        i = tab.fast.get((sid, r))
-        if i is not None:
-            return tab, i
-        return self.fill(sid, r)
+    def row(self, sid: int, r: int | None) -> np.ndarray:
+        """Set ``sid``'s mask row (int32 [W]; read it, never write it) for ``r`` remaining
+        tokens (``None``: no budget, i.e. LCD; r <= 0: the empty row ``zero_row``)."""
+        row = self.tab.fast.get((sid, r))
+        return row if row is not None else self.fill(sid, r)
 
-    def fill(self, sid: int, r: int | None) -> tuple[_MaskTable, int]:
-        """:meth:`row` on a cache miss: computes the row under the lock."""
+    def fill(self, sid: int, r: int | None) -> np.ndarray:
+        """:meth:`row` on a cache miss: computes the row (under the lock, except for a
+        one-member set whose mask is its member's ready prefix row: no table row is written,
+        so a lookup and a dict entry suffice; a race stores the same row twice)."""
+        s = self.set_single[sid]
+        if s >= 0 and not (self.eos and self._state_final[s]):
+            pr = self.prefix
+            rows = pr.rows[s]
+            if rows is not None:
+                a, b = pr.pair_ptr_list[s], pr.pair_ptr_list[s + 1]
+                if r is None:
+                    j = b - 1 - a
+                elif r <= 0:
+                    j = -1
+                else:
+                    j = bisect_right(pr.pair_level_list, r - 1, a, b) - 1 - a
+                row = rows[j] if j >= 0 and pr.live[s][j] else self.zero_row
+                fast = self.tab.fast
+                if len(fast) >= _MAX_TRANSITIONS:
+                    fast.clear()
+                fast[(sid, r)] = row
+                return row
         with self._lock:
             tab = self.tab
-            i = tab.fast.get((sid, r))
-            if i is None:
-                i = self._level_row(sid, r)
+            row = tab.fast.get((sid, r))
+            if row is None:
+                row = self._level_row(sid, r)
                 tab = self.tab  # _level_row may have started a new table
                 if len(tab.fast) >= _MAX_TRANSITIONS:
                     tab.fast.clear()
-                tab.fast[(sid, r)] = i
-            return tab, i
+                tab.fast[(sid, r)] = row
+            return row
 
-    def _level_row(self, sid: int, r: int | None) -> int:
+    def _level_row(self, sid: int, r: int | None) -> np.ndarray:
         # under the lock
         if r is not None and r <= 0:
-            return 0
+            return self.zero_row
         hi = self.set_hi[sid]
         d = hi if r is None else min(r - 1, hi)
         if d < self.set_lo[sid]:
             d = -1
         key = (sid, d)
         tab = self.tab
-        i = tab.by_level.get(key)
-        if i is not None:
-            return i
+        row = tab.by_level.get(key)
+        if row is not None:
+            return row
         if tab.n_rows > 1 and tab.n_rows * self.W * 4 >= self.max_table_bytes:
             # the old table stays intact for readers
             tab = self.tab = _MaskTable(self.W, self._table_capacity())
@@ -384,22 +446,21 @@ class MaskEngine:
             grown = np.zeros((2 * tab.rows.shape[0], self.W), dtype=np.int32)
             grown[: tab.n_rows] = tab.rows[: tab.n_rows]
             tab.rows = grown
-        i = tab.n_rows
-        row = tab.rows[i]  # unpublished until n_rows moves past it: written in place
-        filled = d >= 0 and self.prefix.union_into(row, self.set_members[sid], d,
-                                             d >= self.set_hi[sid])
+        buf = tab.rows[tab.n_rows]  # unpublished until n_rows moves past it: written in place
+        row = None if d < 0 else self.prefix.union_into(
+            buf, self.set_members[sid], d, d >= self.set_hi[sid])
         if self.set_final[sid] and self.eos:
-            if filled:
-                np.bitwise_or(row, self.eos_row, out=row)
+            if row is None:
+                row = self.eos_row
             else:
-                row[:] = self.eos_row
-                filled = True
-        if not filled:  # (the union of non-empty rows and the EOS row is non-empty)
-            i = 0
-        else:
+                np.bitwise_or(row, self.eos_row, out=buf)
+                row = buf
+        if row is None:  # (the union of non-empty rows and the EOS row is non-empty)
+            row = self.zero_row
+        elif row is buf:
             tab.n_rows += 1
-        tab.by_level[key] = i
-        return i
+        tab.by_level[key] = row
+        return row
 
     def unsatisfiable_row(self, b: int, sid: int, r: int | None, lcd: bool,
                           policy: str) -> np.ndarray | None:
@@ -592,16 +653,14 @@ def allowed_packed(
         # the decode-loop case (one request, a reused buffer): ~1 us less than below
         r = remaining if not lcd else (None if remaining >= 1 else 0)
         sid = ids.item(0)
-        tab = eng.tab
-        i = tab.fast.get((sid, r))
-        if i is None:
-            tab, i = eng.fill(sid, r)
-        if i == 0:
+        row = eng.tab.fast.get((sid, r))
+        if row is None:
+            row = eng.fill(sid, r)
+        if row is eng.zero_row:
             fix = eng.unsatisfiable_row(0, sid, remaining, lcd, on_unsatisfiable)
             if fix is not None:
-                view[1][0] = fix
-                return out
-        view[1][0] = tab.rows[i]
+                row = fix
+        view[1][0] = row
         return out
     if type(remaining) is int:
         r0 = remaining if not lcd else (None if remaining >= 1 else 0)
@@ -610,34 +669,22 @@ def allowed_packed(
         rs_in = _remaining_list(remaining, B)
         rs = [None if (r is None or r >= 1) else 0 for r in rs_in] if lcd else rs_in
     # warm rows: lookups in one table; a miss or an empty row goes the slow way below
-    tab = eng.tab
-    fast = tab.fast
+    fast = eng.tab.fast
     if rs is None:
         rows = [fast.get((ids.item(0), r0))] if B == 1 else [fast.get((s, r0))
                                                             for s in ids.tolist()]
     else:
         rows = [fast.get(k) for k in zip(ids.tolist(), rs)]
-    tabs = None  # per row, the table its row was published in (after a fill)
-    fixes = None
-    if None in rows or 0 in rows:
-        tabs = [tab] * B
-        done: dict = {}  # (set, r) → (table, row) filled in this call (repeated rows: one fill)
+    zero = eng.zero_row
+    if any(row is None or row is zero for row in rows):
         for b in range(B):
             if rows[b] is None:
-                k = (ids.item(b), r0 if rs is None else rs[b])
-                got = done.get(k)
-                if got is None:
-                    got = done[k] = eng.fill(*k)
-                tabs[b], rows[b] = got
-            if rows[b] == 0:
+                rows[b] = eng.fill(ids.item(b), r0 if rs is None else rs[b])
+            if rows[b] is zero:
                 r_in = remaining if rs_in is None else rs_in[b]
                 fix = eng.unsatisfiable_row(b, ids.item(b), r_in, lcd, on_unsatisfiable)
                 if fix is not None:
-                    fixes = fixes or {}
-                    fixes[b] = fix
-        tab = tabs[0] if B else tab
-        if all(t is tab for t in tabs):
-            tabs = None
+                    rows[b] = fix
     if out is None:
         o = np.empty((B, eng.W), dtype=np.int32)
         out = torch.from_numpy(o)
@@ -655,17 +702,10 @@ def allowed_packed(
             eng.out_view = (out, o)
         if o.shape[0] != B:
             raise InvalidArgumentError(f"out has {o.shape[0]} rows; the batch has {B}")
-    if tabs is not None:  # a table was replaced mid-batch: each row from its own table
-        for b in range(B):
-            o[b] = tabs[b].rows[rows[b]]
-    elif B == 1:
-        o[0] = tab.rows[rows[0]]
-    else:
-        # mode="clip": with the default "raise", numpy buffers `out` (an extra copy)
-        np.take(tab.rows, rows, axis=0, out=o, mode="clip")
-    if fixes:
-        for b, fix in fixes.items():
-            o[b] = fix
+    if B == 1:
+        o[0] = rows[0]
+    elif B:
+        np.stack(rows, out=o)  # one C loop of row copies (the rows live in several arrays)
     if st.active.device.type != "cpu":
         return out.to(st.active.device)
     return out
