@@ -142,6 +142,7 @@ _MAX_MASK_TABLE_BYTES = 256 << 20
 _MAX_TRANSITIONS = 1 << 20
 # Rows a new mask table reserves up front (virtual memory: calloc'd, mapped on first write).
 _RESERVE_TABLE_BYTES = 16 << 20
+_EAGER_SINGLETONS = 1024  # automata with at most this many states intern every {q} at set-up
 _PREFAULT_ROWS = 64  # of which written (mapped) when a table is made (1 MiB at 128k ids)
 _NO_EDGE = 1 << 62  # set_lo / set_min of a set without out-edges / members
 _ENGINE_LOCK = threading.Lock()  # creation of one engine per automaton
@@ -259,6 +260,12 @@ class MaskEngine:
         init = np.zeros(self.S, dtype=bool)
         init[0] = True
         self.initial_id = self.intern(init)
+        # small automata: every one-member set interned now (ids 1..S, in state order), so a
+        # first-time advance into one is a list lookup (set-up: ~2 ms for 345 states)
+        self.single_id: list[int] | None = None
+        if self.S <= _EAGER_SINGLETONS:
+            self.single_id = [self.intern_members(np.array([q], dtype=np.int64))
+                              for q in range(self.S)]
 
     # ------------------------------------------------------------ sets
 
@@ -351,7 +358,7 @@ class MaskEngine:
             sid = ids.item(0)
             active = self.set_tensor1.get(sid)
             if active is None:
-                active = self.set_tensor1[sid] = torch.from_numpy(self.set_rows[ids])
+                active = self.set_tensor1[sid] = torch.from_numpy(self.set_rows[sid:sid + 1])
         else:
             active = torch.from_numpy(self.set_rows[ids])
         return AutomatonState(active, final, ids, self)
@@ -370,7 +377,9 @@ class MaskEngine:
                 lab, dst = edges
                 hit = np.flatnonzero((self.labels[lab, tok >> 5] >> (tok & 31)) & 1)
                 if hit.size == 1:
-                    nid = self.intern_members(dst[hit])
+                    ids = self.single_id
+                    nid = (ids[dst.item(hit.item(0))] if ids is not None
+                           else self.intern_members(dst[hit]))
                 elif hit.size == 0:
                     nid = self.empty_id
                 else:
