@@ -176,9 +176,10 @@ class _MaskTable:
     id, clamped threshold) → mask row.  A mask row (int32 [W], read-only by convention) is a
     row of ``rows``, a per-state prefix row of :class:`~.mask_rows.PrefixRows` (a set whose
     mask is one member's prefix row is not copied), the engine's ``eos_row`` or its
-    ``zero_row`` (the empty mask)."""
+    ``zero_row`` (the empty mask).  ``index`` (set id, r) → row index in ``rows``: the batched
+    path's copies (:meth:`MaskEngine.fill_index`)."""
 
-    __slots__ = ("rows", "n_rows", "fast", "by_level")
+    __slots__ = ("rows", "n_rows", "fast", "by_level", "index")
 
     def __init__(self, W: int, capacity: int = 64):
         # np.zeros of a large block is calloc'd: pages are mapped on first write, so a large
@@ -190,6 +191,7 @@ class _MaskTable:
         self.n_rows = 1
         self.fast: dict[tuple[int, int | None], np.ndarray] = {}
         self.by_level: dict[tuple[int, int], np.ndarray] = {}
+        self.index: dict[tuple[int, int | None], int] = {}  # (set id, r) -> row of ``rows``
 
 
 class MaskEngine:
@@ -434,6 +436,41 @@ class MaskEngine:
                 tab.fast[(sid, r)] = row
             return row
 
+    def _next_row(self) -> tuple[_MaskTable, np.ndarray]:
+        """(table, its next free row) — under the lock; the row is unpublished until the caller
+        moves ``n_rows`` past it.  Replaces a full table (the old one stays intact for readers)
+        or grows it."""
+        tab = self.tab
+        if tab.n_rows > 1 and tab.n_rows * self.W * 4 >= self.max_table_bytes:
+            tab = self.tab = _MaskTable(self.W, self._table_capacity())
+            self.epoch += 1
+        if tab.n_rows >= tab.rows.shape[0]:
+            grown = np.zeros((2 * tab.rows.shape[0], self.W), dtype=np.int32)
+            grown[: tab.n_rows] = tab.rows[: tab.n_rows]
+            tab.rows = grown
+        return tab, tab.rows[tab.n_rows]
+
+    def fill_index(self, sid: int, r: int | None) -> tuple[_MaskTable, int]:
+        """(table, row index) of set ``sid``'s mask for ``r`` (index 0: the empty mask), for
+        batches, which gather their rows from one table with one ``np.take``.  A mask not yet
+        in the table (a one-member set's prefix row, or a row of an older table) is copied
+        into it once."""
+        with self._lock:
+            row = self.row(sid, r)
+            tab = self.tab
+            if row is self.zero_row:
+                return tab, 0
+            i = tab.index.get((sid, r))
+            if i is None:
+                tab, buf = self._next_row()
+                buf[:] = row
+                i = tab.n_rows
+                tab.n_rows += 1
+                if len(tab.index) >= _MAX_TRANSITIONS:
+                    tab.index.clear()
+                tab.index[(sid, r)] = i
+            return tab, i
+
     def _level_row(self, sid: int, r: int | None) -> np.ndarray:
         # under the lock
         if r is not None and r <= 0:
@@ -447,15 +484,7 @@ class MaskEngine:
         row = tab.by_level.get(key)
         if row is not None:
             return row
-        if tab.n_rows > 1 and tab.n_rows * self.W * 4 >= self.max_table_bytes:
-            # the old table stays intact for readers
-            tab = self.tab = _MaskTable(self.W, self._table_capacity())
-            self.epoch += 1
-        if tab.n_rows >= tab.rows.shape[0]:
-            grown = np.zeros((2 * tab.rows.shape[0], self.W), dtype=np.int32)
-            grown[: tab.n_rows] = tab.rows[: tab.n_rows]
-            tab.rows = grown
-        buf = tab.rows[tab.n_rows]  # unpublished until n_rows moves past it: written in place
+        tab, buf = self._next_row()
         row = None if d < 0 else self.prefix.union_into(
             buf, self.set_members[sid], d, d >= self.set_hi[sid])
         if self.set_final[sid] and self.eos:
@@ -677,23 +706,45 @@ def allowed_packed(
     else:
         rs_in = _remaining_list(remaining, B)
         rs = [None if (r is None or r >= 1) else 0 for r in rs_in] if lcd else rs_in
-    # warm rows: lookups in one table; a miss or an empty row goes the slow way below
-    fast = eng.tab.fast
-    if rs is None:
-        rows = [fast.get((ids.item(0), r0))] if B == 1 else [fast.get((s, r0))
-                                                            for s in ids.tolist()]
-    else:
-        rows = [fast.get(k) for k in zip(ids.tolist(), rs)]
-    zero = eng.zero_row
-    if any(row is None or row is zero for row in rows):
-        for b in range(B):
-            if rows[b] is None:
-                rows[b] = eng.fill(ids.item(b), r0 if rs is None else rs[b])
-            if rows[b] is zero:
-                r_in = remaining if rs_in is None else rs_in[b]
-                fix = eng.unsatisfiable_row(b, ids.item(b), r_in, lcd, on_unsatisfiable)
-                if fix is not None:
-                    rows[b] = fix
+    fixes = None
+    tabs = None  # per row, the table its row was published in (batches, after a fill)
+    if B == 1:  # one row, looked up as a mask row (no table copy)
+        sid = ids.item(0)
+        rk = r0 if rs is None else rs[0]
+        row = eng.tab.fast.get((sid, rk))
+        if row is None:
+            row = eng.fill(sid, rk)
+        if row is eng.zero_row:
+            fix = eng.unsatisfiable_row(0, sid, remaining if rs_in is None else rs_in[0], lcd,
+                                        on_unsatisfiable)
+            if fix is not None:
+                row = fix
+    else:  # warm rows: indices into one table; a miss or an empty row goes the slow way
+        tab = eng.tab
+        index = tab.index
+        if rs is None:
+            rows = [index.get((s, r0)) for s in ids.tolist()]
+        else:
+            rows = [index.get(k) for k in zip(ids.tolist(), rs)]
+        if None in rows or 0 in rows:
+            tabs = [tab] * B
+            done: dict = {}  # (set, r) → (table, row) filled in this call
+            for b in range(B):
+                if rows[b] is None:
+                    k = (ids.item(b), r0 if rs is None else rs[b])
+                    got = done.get(k)
+                    if got is None:
+                        got = done[k] = eng.fill_index(*k)
+                    tabs[b], rows[b] = got
+                if rows[b] == 0:
+                    r_in = remaining if rs_in is None else rs_in[b]
+                    fix = eng.unsatisfiable_row(b, ids.item(b), r_in, lcd, on_unsatisfiable)
+                    if fix is not None:
+                        fixes = fixes or {}
+                        fixes[b] = fix
+            tab = tabs[0] if B else tab
+            if all(t is tab for t in tabs):
+                tabs = None
     if out is None:
         o = np.empty((B, eng.W), dtype=np.int32)
         out = torch.from_numpy(o)
@@ -712,9 +763,16 @@ def allowed_packed(
         if o.shape[0] != B:
             raise InvalidArgumentError(f"out has {o.shape[0]} rows; the batch has {B}")
     if B == 1:
-        o[0] = rows[0]
+        o[0] = row
+    elif tabs is not None:  # a table was replaced mid-batch: each row from its own table
+        for b in range(B):
+            o[b] = tabs[b].rows[rows[b]]
     elif B:
-        np.stack(rows, out=o)  # one C loop of row copies (the rows live in several arrays)
+        # mode="clip": with the default "raise", numpy buffers `out` (an extra copy)
+        np.take(tab.rows, rows, axis=0, out=o, mode="clip")
+    if fixes:
+        for b, fix in fixes.items():
+            o[b] = fix
     if st.active.device.type != "cpu":
         return out.to(st.active.device)
     return out
