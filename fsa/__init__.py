@@ -28,8 +28,8 @@ The core: vocabulary, byte NFAs, the lift to tokens, the automaton, per-request 
 * :mod:`.automaton` — :class:`TokenAutomaton` (T_out, T_in, packed labels B) and
   :mod:`.automaton_file` (save/load: format version, checksum, vocabulary fingerprint);
 * :mod:`.state` — :class:`AutomatonState`, the small, batched, reorderable per-request state;
-* :mod:`.mask_rows` (per-state prefix rows) and :mod:`.masks` — budget-aware GCD / LCD masks
-  (paper 002 eqs. 2–4);
+* :mod:`.distance` (distances to acceptance: eq. 4's messages), :mod:`.mask_rows` (per-state
+  prefix rows) and :mod:`.masks` — budget-aware GCD / LCD masks (paper 002 eqs. 2–4);
 * on top of masks and states, for decoders: :mod:`.jump_forward` (forced continuations) and
   :mod:`.speculative` (verify a draft of k tokens).
 
