@@ -515,36 +515,23 @@ def write_markdown(res: dict, path: Path) -> None:
                 row += ratios(part(get(v, p, "tractable_gcd", B), "novel"),
                               part(get(v, p, "xgrammar", B), "novel"))
                 lines.append("| " + " | ".join(row) + " |")
-    lines += [
-        "",
-        "## Advance (accept one token), batch 1, warm median µs",
-        "",
-        "| vocab | pattern | " + " | ".join(es) + " |",
-        "|---|---|" + "---|" * len(es),
+    advance_tables = [
+        ("## Advance (accept one token), batch 1, warm median µs",
+         lambda c: fmt(c["advance"]["median_us"])),
+        ("## Advance (accept one token) in the cold walk, batch 1, µs median / p90 (a first-time "
+         "advance interns a new state set)",
+         lambda c: "–" if "advance_cold" not in c else med_p90(c["advance_cold"])),
     ]
-    for v in vs:
-        for p in ps:
-            row = [v, p]
-            for e in es:
-                c = get(v, p, e, 1)
-                row.append("–" if c is None else fmt(c["advance"]["median_us"]))
-            lines.append("| " + " | ".join(row) + " |")
-    lines += [
-        "",
-        "## Advance (accept one token) in the cold walk, batch 1, µs median / p90 (a first-time "
-        "advance interns a new state set)",
-        "",
-        "| vocab | pattern | " + " | ".join(es) + " |",
-        "|---|---|" + "---|" * len(es),
-    ]
-    for v in vs:
-        for p in ps:
-            row = [v, p]
-            for e in es:
-                c = get(v, p, e, 1)
-                row.append("–" if c is None or "advance_cold" not in c
-                           else med_p90(c["advance_cold"]))
-            lines.append("| " + " | ".join(row) + " |")
+    for title, cell_text in advance_tables:
+        lines += ["", title, "", "| vocab | pattern | " + " | ".join(es) + " |",
+                  "|---|---|" + "---|" * len(es)]
+        for v in vs:
+            for p in ps:
+                row = [v, p]
+                for e in es:
+                    c = get(v, p, e, 1)
+                    row.append("–" if c is None else cell_text(c))
+                lines.append("| " + " | ".join(row) + " |")
     tr = [c for c in cells if c["engine"] == "tractable_gcd" and c["batch"] == Bs[0]]
     if tr:
         lines += ["", "tractable automata: " + "; ".join(
