@@ -22,9 +22,12 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
     """The distinct values of an int64 array, sorted (== ``np.unique(a)``).
 
     A sort and a neighbour comparison: numpy 2.4's ``np.unique`` hashes, which takes 7.4 s on 9M
-    distinct int64 keys where this takes 0.15 s (measured here).
+    distinct int64 keys where this takes 0.15 s (measured here).  The sort is numpy's stable one
+    (a run-adaptive merge sort for int64): the lift's keys come in long sorted runs (walk records
+    by depth, key chunks already sorted), where it is 5-13x faster than the default quicksort
+    (Kubernetes kb_1004: 9.2M keys in 0.06 s vs 0.79 s) and as fast on random keys.
     """
-    s = np.sort(a)
+    s = np.sort(a, kind="stable")
     return s[run_starts(s)]
 
 
