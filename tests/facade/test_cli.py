@@ -208,3 +208,33 @@ def test_sample_smc_with_pgcd_proposal_and_potential(capsys, tmp_path, gpt2_toke
     HMM.random(4, vocab.size, generator=g, fingerprint="other").save(tmp_path / "hmm2")
     assert main(args + ["--hmm", str(tmp_path / "hmm2")]) == 2
     assert "VocabularyMismatchError" in capsys.readouterr().out
+
+
+@pytest.mark.model
+def test_demo_gcd_smc_rows(capsys, smollm2):
+    """The demo's GCD-SMC rows (issue 20): each run's drawn output is valid for the regex and
+    within the budget, log Ĝ is finite, and the running totals count every shown output."""
+    import argparse
+
+    from tractable.fsa.regex import compile_regex
+
+    from tractable.commands.demo import DEMO_CASES, _smc_rows
+    from tractable.models import smollm2_vocabulary
+
+    model, tok = smollm2
+    vocab = smollm2_vocabulary(tok, model)
+    case = DEMO_CASES[0]  # the date
+    A = compile_regex(case.pattern, vocab)
+    budget = A.min_tokens_to_accept() + 1
+    total = [0, 0]
+    args = argparse.Namespace(particles=4, seed=0)
+    spent = _smc_rows(model, tok, vocab, A, case, budget, 2, args, total)
+    out = capsys.readouterr().out
+    assert total == [2, 2] and spent > 0
+    rows = [ln for ln in out.splitlines() if "log G^" in ln]
+    assert len(rows) == 2 and all("valid  " in r for r in rows), out
+    for r in rows:
+        used = int(r.split(" tok")[0].split()[-1])
+        assert used <= budget
+        log_g = float(r.split("log G^ ")[1].rstrip(")"))
+        assert -30 < log_g < 0
