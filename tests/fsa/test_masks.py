@@ -527,6 +527,31 @@ def test_engine_variants_equal_brute_force(case, eager, small_set):
         A._memo.pop("mask_engine", None)
 
 
+@pytest.mark.parametrize("small_step,eager", [(0, 1024), (8, 0), (0, 0)])
+@settings(max_examples=40, deadline=None, suppress_health_check=_HC)
+@given(case=tiny_automata(max_states=8))
+def test_step_variants_equal_brute_force(case, small_step, eager):
+    """Issue 21's first-time advance: a set's token bit tested edge by edge in Python (sets of
+    <= ``_SMALL_STEP`` edges) or by array ops (``_SMALL_STEP = 0``), with every one-member set,
+    its step words and batch-1 tensor made at set-up (``_EAGER_SINGLETONS``) or on first use:
+    every state set after every prefix equals the brute-force set."""
+    from tractable.fsa import masks as M
+
+    _, _, A = case
+    saved = M._SMALL_STEP, M._EAGER_SINGLETONS
+    M._SMALL_STEP, M._EAGER_SINGLETONS = small_step, eager
+    try:
+        A._memo.pop("mask_engine", None)
+        for prefix, row in reachable_sets(A, max_depth=6, limit=40):
+            st_ = _state_after(A, prefix)
+            assert np.array_equal(st_.active[0].numpy(), row), prefix
+            dead = A.advance(st_, torch.tensor([A.vocab_size + 5]))  # unknown id: empty set
+            assert not dead.active.any()
+    finally:
+        M._SMALL_STEP, M._EAGER_SINGLETONS = saved
+        A._memo.pop("mask_engine", None)
+
+
 def test_large_state_sets_vectorized_union(gpt2_vocab):
     """Sets with more than ``_SMALL_SET`` members take the vectorized union: the packed mask of
     a set of 17 states equals the OR of its members' singleton masks (each of those taking the
