@@ -7,7 +7,9 @@ bool [B, S]); it is small, immutable and reorderable (:meth:`AutomatonState.sele
 (``start``/``advance``) is recorded in it, and another automaton refuses it
 (:class:`~.errors.ForeignStateError`).
 
-The masks read from a state (GCD / LCD, the budget and EOS convention) are in :mod:`.masks`.
+An automaton's identity token (:class:`AutomatonIdentity`, :func:`identity`) is what a state's
+engine carries to tell its automaton from another one.  The masks read from a state (GCD / LCD,
+the budget and EOS convention) are in :mod:`.masks`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 
 from .errors import ForeignStateError, InvalidArgumentError
 
-__all__ = ["AutomatonState"]
+__all__ = ["AutomatonState", "AutomatonIdentity", "identity"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,3 +142,25 @@ def _remaining_list(remaining: int | torch.Tensor | None, B: int) -> list:
             raise InvalidArgumentError(f"remaining has {len(remaining)} entries; the batch has {B}")
         return [int(x) for x in remaining]
     return [int(remaining)] * B
+
+
+class AutomatonIdentity:
+    """Identity token of one automaton (shared by its ``to(device)`` copies).  States keep a
+    reference to it (through their engine), so checking a state's owner is one ``is``."""
+
+    __slots__ = ("summary",)
+
+    def __init__(self, summary: str):
+        self.summary = summary
+
+    def __repr__(self) -> str:
+        return f"<automaton {self.summary} at {id(self):#x}>"
+
+
+def identity(A: Any) -> AutomatonIdentity:
+    """The identity token of automaton ``A`` (created on first use, kept in ``A._memo``)."""
+    tok = A._memo.get("identity")
+    if tok is None:
+        tok = A._memo.setdefault("identity", AutomatonIdentity(
+            f"states={A.num_states}, edges={A.num_edges}, vocab={A.vocab_size}"))
+    return tok
