@@ -462,7 +462,7 @@ class MaskEngine:
         """(table, row index) of set ``sid``'s mask for ``r`` (index 0: the empty mask), for
         batches, which gather their rows from one table with one ``np.take``.  A mask not yet
         in the table (a one-member set's prefix row, or a row of an older table) is copied
-        into it once."""
+        into it once; a union row already in it is found by its offset."""
         with self._lock:
             row = self.row(sid, r)
             tab = self.tab
@@ -470,10 +470,13 @@ class MaskEngine:
                 return tab, 0
             i = tab.index.get((sid, r))
             if i is None:
-                tab, buf = self._next_row()
-                buf[:] = row
-                i = tab.n_rows
-                tab.n_rows += 1
+                if row.base is tab.rows:  # a row of this table (a union): found by its offset
+                    i = (row.ctypes.data - tab.rows.ctypes.data) // row.nbytes
+                else:
+                    tab, buf = self._next_row()
+                    buf[:] = row
+                    i = tab.n_rows
+                    tab.n_rows += 1
                 if len(tab.index) >= _MAX_TRANSITIONS:
                     tab.index.clear()
                 tab.index[(sid, r)] = i
