@@ -338,11 +338,19 @@ def command_line(script: str, args: argparse.Namespace, skip: Iterable[str] = ()
                  prefix: str = "OMP_NUM_THREADS=1 python") -> str:
     """``"<prefix> bench/<script> --opt value …"`` with every option of ``args`` spelled out
     (a list as its values one after the other), except those named in ``skip`` and those that
-    are ``None``: the command that reruns the benchmark as it ran."""
+    are ``None``: the command that reruns the benchmark as it ran.  A ``True`` flag is written
+    bare (``--flag``, as ``store_true`` parses it) and a ``False`` one left out."""
     skip = set(skip)
+
+    def opt(k: str, v) -> str:
+        flag = f"--{k.replace('_', '-')}"
+        if v is True:
+            return flag
+        return f"{flag} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+
     return f"{prefix} bench/{script} " + " ".join(
-        f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-        for k, v in vars(args).items() if k not in skip and v is not None)
+        opt(k, v) for k, v in vars(args).items()
+        if k not in skip and v is not None and v is not False)
 
 
 def environment(*packages: str, threads: int | None = None, note: str = "") -> dict:

@@ -47,25 +47,13 @@ Z_MAX = 3.0
 
 
 def _lm_shaped_hmm(table: dict, V: int, fingerprint: str, eps: float = 1e-3):
-    """H = 4, float64: state 0 emits a random Dirichlet(1) row (general text), states 1, 2, 3
-    the mean of SmolLM2's next-token rows after 1, 2, ≥ 3 generated tokens; every row mixed with
-    ``eps``-uniform (positive emissions: the product's support is the GCD mask).  π ≈ state 0,
-    A ≈ 0 → 1 → 2 → 3 → 3."""
-    from tractable.hmm.model import HMM
+    """H = 4, float64: state 0 a random Dirichlet(1) row (general text), states 1, 2, 3 the mean
+    of SmolLM2's next-token rows after 1, 2, ≥ 3 generated tokens; every row mixed with
+    ``eps``-uniform; π ≈ state 0, A ≈ 0 → 1 → 2 → 3 → 3 (:func:`tractable.testing.hmm.
+    lm_shaped_hmm`)."""
+    from tractable.testing.hmm import lm_shaped_hmm
 
-    g = torch.Generator().manual_seed(0)
-    B = torch.empty(4, V, dtype=torch.float64)
-    B[0] = torch.empty(V, dtype=torch.float64).exponential_(generator=g)
-    for k in (1, 2, 3):
-        rows = [r.double().exp() for p, r in table.items() if min(len(p), 3) == k]
-        B[k] = torch.stack(rows).mean(0)
-    B = B / B.sum(1, keepdim=True)
-    B = (1 - eps) * B + eps / V
-    pi = 0.97 * torch.tensor([1.0, 0, 0, 0], dtype=torch.float64) + 0.01
-    A = torch.tensor([[0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 1]],
-                     dtype=torch.float64)
-    A = 0.98 * A + 0.02 / 4
-    return HMM(pi, A, B, fingerprint)
+    return lm_shaped_hmm(table, V, fingerprint, eps)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,9 @@
   reference that scales to real vocabularies when E is small.
 * :func:`automaton_from_edges` — a :class:`~tractable.fsa.automaton.TokenAutomaton` from an
   explicit edge list (to build NFAs with several accepting paths per string).
+* :func:`lm_shaped_hmm` — a 4-state HMM over a real vocabulary whose emissions are an LM's
+  mean next-token rows on an enumerated prefix table (a stand-in for a distilled HMM on
+  enumerable real-LM tasks: ``tests/decode/test_smc_real.py``, ``bench/smc_fig2_bench.py``).
 
 Everything here is slow on purpose and meant for H ≤ 4, V ≤ 6, n ≤ 6.
 """
@@ -30,6 +33,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "lm_shaped_hmm",
     "hmm_joint_enumeration",
     "hmm_prefix_prob",
     "count_accepting_paths",
@@ -243,3 +247,28 @@ def algorithm1_literal(hmm, automaton, n: int, prefix) -> np.ndarray:
     ab = alpha * beta[t]
     mass = np.einsum("ev,hv,he->v", Bf, Bh, ab)  # diag(B_f^T (B_h^T (α_t ∘ β_t)))
     return mass / mass.sum()
+
+
+def lm_shaped_hmm(table: dict, V: int, fingerprint: str, eps: float = 1e-3):
+    """An HMM shaped like a distilled one, from an LM's prefix table (``{prefix tuple:
+    log-probability row float [V]}``, e.g. :class:`~.lm_tables.RecordingLM`'s ``table``).
+
+    H = 4, float64: state 0 emits a random Dirichlet(1) row (general text), states 1, 2, 3 the
+    mean of the LM's next-token rows after 1, 2, >= 3 generated tokens (the previous state's row
+    where the table has none); every row mixed with ``eps``-uniform (positive emissions: the
+    P-GCD product's support is the GCD mask).  π ≈ state 0, A ≈ 0 → 1 → 2 → 3 → 3."""
+    from ..hmm.model import HMM
+
+    g = torch.Generator().manual_seed(0)
+    B = torch.empty(4, V, dtype=torch.float64)
+    B[0] = torch.empty(V, dtype=torch.float64).exponential_(generator=g)
+    for k in (1, 2, 3):
+        rows = [r.double().exp() for p, r in table.items() if min(len(p), 3) == k]
+        B[k] = torch.stack(rows).mean(0) if rows else B[k - 1]
+    B = B / B.sum(1, keepdim=True)
+    B = (1 - eps) * B + eps / V
+    pi = 0.97 * torch.tensor([1.0, 0, 0, 0], dtype=torch.float64) + 0.01
+    A = torch.tensor([[0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 1]],
+                     dtype=torch.float64)
+    A = 0.98 * A + 0.02 / 4
+    return HMM(pi, A, B, fingerprint)
