@@ -58,18 +58,13 @@ from harness import (
     load_json,
     save_json,
 )
+from hmm_distill_bench import YESNO
 from smc_fig2_report import METHODS, ORACLES, OUT, write_report
 
 CACHE = ROOT / ".cache" / "smc_fig2"
 FAIL = ("<no output>",)  # the posterior key of a run whose particles all died
 
-YESNO_QS = [
-    "Is the sky blue?", "Is grass green?", "Is the sun a star?", "Can fish fly?",
-    "Is water wet?", "Do cats bark?", "Is Paris in France?", "Is ice cold?",
-    "Can birds swim?", "Is the moon made of cheese?", "Is 7 a prime number?",
-    "Do trees have roots?", "Is coffee a drink?", "Will it rain tomorrow?",
-    "Is chess a game?", "Are tomatoes fruit?",
-]
+YESNO_QS = YESNO  # the yes/no questions of the distillation bench (same prompts)
 DATE_EVENTS = [
     "did Apollo 11 land on the Moon", "did the Berlin Wall fall", "did World War II end in Europe",
     "was the first iPhone released", "did the Chernobyl disaster happen",
