@@ -258,7 +258,7 @@ class MaskEngine:
         if self.S <= _EAGER_SINGLETONS:
             self.single_id = [self.intern_members(np.array([q], dtype=np.int64))
                               for q in range(self.S)]
-            # and their step() words and batch-1 tensors (first-time advance ~15 -> ~8 us)
+            # and their step() words and batch-1 states (first-time advance ~15 -> ~8 us)
             words, ptr = (self.e_label * self.W).tolist(), self._ptr
             for q, sid in enumerate(self.single_id):
                 if ptr[q + 1] - ptr[q] <= _SMALL_STEP:
