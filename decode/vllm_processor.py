@@ -303,9 +303,9 @@ def compile_constraint(spec: dict, vocab) -> Any:
 
         A = compile_grammar(value, vocab, **options)
     else:
-        from ..fsa.automaton import TokenAutomaton
+        from ..fsa.automaton_load import load_automaton
 
-        A = TokenAutomaton.load(value, vocab, **options)
+        A = load_automaton(value, vocab, **options)
     with _CACHE_LOCK:
         _CACHE[key] = A
         while len(_CACHE) > _CACHE_SIZE:

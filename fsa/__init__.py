@@ -31,7 +31,9 @@ The core: vocabulary, byte NFAs, the lift to tokens, the automaton, per-request 
 * :mod:`.distance` (distances to acceptance: eq. 4's messages), :mod:`.mask_rows` (per-state
   prefix rows) and :mod:`.masks` — budget-aware GCD / LCD masks (paper 002 eqs. 2–4);
 * on top of masks and states, for decoders: :mod:`.jump_forward` (forced continuations) and
-  :mod:`.speculative` (verify a draft of k tokens).
+  :mod:`.speculative` (verify a draft of k tokens);
+* on top of the front ends and the core: :mod:`.automaton_load` (:func:`load_automaton`, any
+  saved automaton, plain or with its ``uniqueItems`` checker).
 
 Shared helpers (leaf modules, imported by every layer)
 

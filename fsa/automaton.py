@@ -37,9 +37,11 @@ from .arrays import sorted_unique
 from .automaton_file import (  # noqa: F401 - FORMAT_VERSION, _checksum: re-exported
     _FORMAT_NAME,
     _HEADER_KEYS,
+    _PART_FORMAT,
     _READ_VERSIONS,
     _TENSOR_FORMAT,
     FORMAT_VERSION,
+    PLAIN_VERSION,
     _checksum,
     _deflate,
     _inflate,
@@ -420,6 +422,10 @@ class TokenAutomaton:
     def save(self, path: str | os.PathLike) -> None:
         """Write a ``.safetensors`` file with the tensors and a JSON header (format version,
         vocabulary fingerprint, EOS ids, metadata).  No pickle."""
+        self._save(path)
+
+    def _save(self, path, part: str | None = None, part_tensors: dict | None = None) -> None:
+        """:meth:`save`, with the optional version-3 ``part`` (:mod:`.automaton_file`)."""
         from safetensors.torch import save_file
 
         tensors = {
@@ -432,13 +438,16 @@ class TokenAutomaton:
         }
         header = {
             "format": _FORMAT_NAME,
-            "version": str(FORMAT_VERSION),
+            "version": str(FORMAT_VERSION if part else PLAIN_VERSION),
             "num_states": str(self.num_states),
             "vocab_size": str(self.vocab_size),
             "fingerprint": self.fingerprint,
             "eos_token_ids": json.dumps(list(self.eos_token_ids)),
             "meta": json.dumps(jsonable_meta(self.meta)),
         }
+        if part:
+            header["part"] = part
+            tensors.update({k: t.cpu().contiguous() for k, t in part_tensors.items()})
         stored, shapes = _deflate(tensors)
         if shapes:
             header["zlib"] = json.dumps(shapes)
@@ -459,8 +468,21 @@ class TokenAutomaton:
             AutomatonFileNotFoundError: no file at ``path`` (a ``FileNotFoundError`` too).
             VocabularyMismatchError: the file was compiled for another vocabulary.
             AutomatonFormatError: not such a file, an unknown format version, or a file that is
-                truncated, tampered with or inconsistent (what and where in the message).
+                truncated, tampered with or inconsistent (what and where in the message); a
+                file saved from a :class:`~.json_schema.unique_items.UniqueItemsAutomaton`
+                (read it with :func:`~.automaton_load.load_automaton`).
         """
+        out, part, _ = cls._load(path, vocabulary, device=device)
+        if part is not None:
+            raise AutomatonFormatError(
+                f"{path} holds a {part} checker besides the automaton (a uniqueItems schema); "
+                "load it with tractable.load_automaton(path, vocab), which keeps the checker")
+        return out
+
+    @classmethod
+    def _load(cls, path, vocabulary: TokenVocabulary, *, device: str = "cpu"):
+        """:meth:`load`, also reading a version-3 part: (automaton, part name or None,
+        {tensor name: tensor} of the part, dtypes and ranks checked)."""
         from safetensors import safe_open
 
         p = Path(path)
@@ -486,16 +508,19 @@ class TokenAutomaton:
         if "zlib" in header and version < 2:
             raise AutomatonFormatError(f"{p}: compressed tensors in a version {version} file")
         tensors = _inflate(p, tensors, header.get("zlib"))
-        need_t = tuple(_TENSOR_FORMAT)
+        part = header.get("part")
+        if part is not None and (version < 3 or part not in _PART_FORMAT):
+            raise AutomatonFormatError(f"{p}: unknown part {part[:40]!r} (version {version})")
+        fmt = {**_TENSOR_FORMAT, **_PART_FORMAT.get(part, {})}
         need_h = ("num_states", "vocab_size", "fingerprint", "eos_token_ids")
-        missing = [k for k in need_t if k not in tensors] + [k for k in need_h if k not in header]
+        missing = [k for k in fmt if k not in tensors] + [k for k in need_h if k not in header]
         if missing:
             raise AutomatonFormatError(f"{p} lacks {missing}")
-        unknown = sorted(set(header) - _HEADER_KEYS)
+        unknown = sorted(set(header) - _HEADER_KEYS) + sorted(set(tensors) - set(fmt))
         if unknown:  # e.g. a corrupted "checksum" key: refuse rather than skip the checksum
-            raise AutomatonFormatError(f"{p}: unknown header fields {unknown[:5]}")
+            raise AutomatonFormatError(f"{p}: unknown header fields or tensors {unknown[:5]}")
         # dtypes and ranks first: the checksum and every check below read them
-        for k, (want, ndim) in _TENSOR_FORMAT.items():
+        for k, (want, ndim) in fmt.items():
             if tensors[k].dtype != want:
                 raise AutomatonFormatError(f"{p}: {k} has dtype {tensors[k].dtype}, not {want}")
             if tensors[k].ndim != ndim:
@@ -563,7 +588,8 @@ class TokenAutomaton:
             eos_token_ids=tuple(eos),
             meta=meta,
         )
-        return out if device == "cpu" else out.to(device)
+        part_tensors = {k: tensors[k] for k in _PART_FORMAT.get(part, {})}
+        return (out if device == "cpu" else out.to(device)), part, part_tensors
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -10,7 +10,16 @@ Version 2 (issue 21) stores a tensor of at least 64 KiB zlib-compressed when tha
 ``<name>.zlib`` (uint8 [n]) declared in header field ``zlib`` (JSON {name: shape}).  Label rows
 compress ~30-50x (a 128k-id row is 16 KiB of mostly-equal words): a function-call JSON Schema's
 file went from 4.2 MB to 0.17 MB, a SchemaStore config schema's from 35 MB to 1.2 MB.  Version 1
-files (every tensor raw) are still read.  This module holds the constants and the pure helpers
+files (every tensor raw) are still read.
+
+Version 3 (issue 21) adds an optional *part* beside the automaton: header field ``part`` names
+it and its tensors follow :data:`_PART_FORMAT`.  The one part today is ``"unique_items"``, the
+checker of a :class:`~.json_schema.unique_items.UniqueItemsAutomaton`: its marked byte NFA
+(``marked_src``/``marked_dst`` int64 [Em], ``marked_mask`` uint8 [Em, 32] -- each edge's
+256-bit byte set, little-endian -- and ``marked_final`` uint8 [Sb]) and ``byte_states`` int64
+[S] (the marked NFA's state of each token state).  A file without a part is still written as
+version 2, so older readers read it; a reader that does not know the part refuses the file
+(version 3), never drops the checker.  This module holds the constants and the pure helpers
 (no automaton import: a leaf, imported by :mod:`.automaton`).
 """
 
@@ -23,20 +32,28 @@ import torch
 
 from .errors import AutomatonFormatError
 
-__all__ = ["FORMAT_VERSION", "jsonable_meta"]
+__all__ = ["FORMAT_VERSION", "PLAIN_VERSION", "jsonable_meta"]
 
 #: Version of the on-disk format written by :meth:`TokenAutomaton.save`.  Version 2 may store a
 #: tensor zlib-compressed (tensor ``<name>.zlib``, uint8 [n]; header ``zlib``: JSON {name:
 #: shape}); version 1 files (every tensor raw) are still read.
-FORMAT_VERSION = 2
-_READ_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: Version written for a file without a part (readable by tractable versions that read 2).
+PLAIN_VERSION = 2
+_READ_VERSIONS = (1, 2, 3)
 _FORMAT_NAME = "tractable-token-automaton"
 _HEADER_KEYS = frozenset({"format", "version", "num_states", "vocab_size", "fingerprint",
-                          "eos_token_ids", "meta", "checksum", "zlib"})
+                          "eos_token_ids", "meta", "checksum", "zlib", "part"})
 #: The tensors of a saved automaton: dtype and rank.
 _TENSOR_FORMAT = {"edge_src": (torch.int64, 1), "edge_dst": (torch.int64, 1),
                   "edge_label": (torch.int64, 1), "labels": (torch.int32, 2),
                   "initial": (torch.uint8, 1), "final": (torch.uint8, 1)}
+#: The tensors of each optional part (version 3): dtype and rank.
+_PART_FORMAT = {"unique_items": {"marked_src": (torch.int64, 1), "marked_dst": (torch.int64, 1),
+                                 "marked_mask": (torch.uint8, 2), "marked_final": (torch.uint8, 1),
+                                 "byte_states": (torch.int64, 1)}}
+#: Every tensor name of the format and its dtype and rank.
+_ALL_TENSORS = {**_TENSOR_FORMAT, **{k: v for f in _PART_FORMAT.values() for k, v in f.items()}}
 # Tensors of at least this many bytes are saved zlib-compressed when that is smaller (label rows
 # are 16 KiB each at 128k ids and compress ~50x: a JSON Schema's file shrinks ~30x).
 _ZLIB_MIN_BYTES = 64 << 10
@@ -63,7 +80,7 @@ def _deflate(tensors: dict) -> tuple[dict, dict]:
 
 def _inflate(p, tensors: dict, spec: str | None) -> dict:
     """``tensors`` with each ``<name>.zlib`` blob that header field ``spec`` declares replaced
-    by tensor ``name`` (dtype from ``_TENSOR_FORMAT``, the declared shape).  Raises
+    by tensor ``name`` (dtype from ``_ALL_TENSORS``, the declared shape).  Raises
     AutomatonFormatError for an unreadable ``spec``, an undeclared or missing blob, a declared
     size no zlib stream of that length can hold (zlib expands at most ~1032x: no unbounded
     allocation; a dimension of 2**62 or more is refused too, even in an empty shape), or a blob
@@ -87,9 +104,9 @@ def _inflate(p, tensors: dict, spec: str | None) -> dict:
             f"{blobs[:6]}")
     out = dict(tensors)
     for k, shape in shapes.items():
-        if k not in _TENSOR_FORMAT or k in tensors:
+        if k not in _ALL_TENSORS or k in tensors:
             raise AutomatonFormatError(f"{p}: compressed tensor {k!r} is not expected here")
-        dtype, ndim = _TENSOR_FORMAT[k]
+        dtype, ndim = _ALL_TENSORS[k]
         if (not isinstance(shape, list) or len(shape) != ndim
                 or not all(type(n) is int and 0 <= n < 2**62 for n in shape)):
             raise AutomatonFormatError(f"{p}: compressed tensor {k} has a bad shape "

@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     # fsa: compile once, reuse
     "TokenVocabulary": "tractable.fsa.vocabulary",
     "TokenAutomaton": "tractable.fsa.automaton",
+    "load_automaton": "tractable.fsa.automaton_load",
     "AutomatonState": "tractable.fsa.state",
     "compile_regex": "tractable.fsa.regex",
     "compile_json_schema": "tractable.fsa.json_schema",

@@ -77,7 +77,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from ..errors import InvalidArgumentError, TractableError
+from ..errors import AutomatonFormatError, InvalidArgumentError, TractableError
 from ..state import AutomatonState, _remaining_list
 from . import scan as J
 from .unique_compile import CLOSE, MARKERS, OPEN, SEP, lift_view
@@ -239,9 +239,79 @@ class UniqueItemsAutomaton:
         return out
 
     def save(self, path) -> None:
-        """Not available: the format of :meth:`~.automaton.TokenAutomaton.save` has no place
-        for the marked NFA (recompile the schema instead)."""
-        raise NotImplementedError("a UniqueItemsAutomaton cannot be saved; recompile the schema")
+        """Write the automaton and its checker to one ``.safetensors`` file: the token
+        automaton as :meth:`~.automaton.TokenAutomaton.save` writes it, plus (format version 3,
+        part ``"unique_items"``, :mod:`..automaton_file`) the marked byte NFA and the byte state
+        of each token state.  Read it back with :meth:`load` or
+        :func:`~..automaton_load.load_automaton` (:meth:`TokenAutomaton.load` refuses it)."""
+        e = self.marked.edges
+        n = len(e)
+        masks = b"".join(m.to_bytes(32, "little") for _, m, _ in e)
+        final = torch.zeros(self.marked.num_states, dtype=torch.uint8)
+        final[sorted(self.marked.finals)] = 1
+        self.automaton._save(path, "unique_items", {
+            "marked_src": torch.tensor([x[0] for x in e], dtype=torch.int64),
+            "marked_dst": torch.tensor([x[2] for x in e], dtype=torch.int64),
+            "marked_mask": torch.frombuffer(bytearray(masks), dtype=torch.uint8).reshape(n, 32)
+            if n else torch.zeros((0, 32), dtype=torch.uint8),
+            "marked_final": final,
+            "byte_states": torch.from_numpy(self._byte_of.copy()),
+        })
+
+    @classmethod
+    def load(cls, path, vocabulary, *, device: str = "cpu") -> UniqueItemsAutomaton:
+        """Read a file written by :meth:`save` (checked as
+        :meth:`~.automaton.TokenAutomaton.load` checks its files, and the checker part: ranges,
+        shapes, a one-to-one token -> byte state map that keeps the start and the accepting
+        states).
+
+        Raises:
+            AutomatonFileNotFoundError, VocabularyMismatchError, AutomatonFormatError: as
+                :meth:`~.automaton.TokenAutomaton.load`; AutomatonFormatError also for a file
+                without the checker part (a plain automaton: ``TokenAutomaton.load`` reads it).
+        """
+        from ..automaton import TokenAutomaton
+
+        A, part, tensors = TokenAutomaton._load(path, vocabulary)
+        if part != "unique_items":
+            raise AutomatonFormatError(f"{path} holds no uniqueItems checker (a plain automaton: "
+                                       "read it with TokenAutomaton.load)")
+        out = cls._from_part(A, tensors, vocabulary, path)
+        return out if device == "cpu" else out.to(device)
+
+    @classmethod
+    def _from_part(cls, A, t: dict, vocabulary, path) -> UniqueItemsAutomaton:
+        """The automaton of the loaded token automaton ``A`` (CPU) and the ``unique_items`` part
+        ``t`` (dtypes and ranks checked by the caller).  Raises AutomatonFormatError."""
+        from ..nfa import ByteNFA
+
+        def bad(what: str):
+            return AutomatonFormatError(f"{path}: uniqueItems checker: {what}")
+
+        src, dst, mask = t["marked_src"].numpy(), t["marked_dst"].numpy(), t["marked_mask"]
+        fin, bs = t["marked_final"].numpy(), t["byte_states"].numpy()
+        Sb, S = int(fin.size), A.num_states
+        if Sb < 1 or not src.shape == dst.shape == mask.shape[:1] or mask.shape[1] != 32:
+            raise bad(f"shapes do not fit ({Sb} byte states, edges {src.shape}/{dst.shape}/"
+                      f"{tuple(mask.shape)})")
+        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= Sb):
+            raise bad(f"edge states outside 0..{Sb - 1}")
+        if fin.size and fin.max() > 1:
+            raise bad("marked_final holds values other than 0 and 1")
+        if bs.shape != (S,) or bs.min() < 0 or bs.max() >= Sb or bs[0] != 0:
+            raise bad(f"byte_states is not {S} byte states starting at 0")
+        if np.unique(bs).size != S:
+            raise bad("two token states share a byte state")
+        if not np.array_equal(fin[bs].astype(bool), A.final.numpy()):
+            raise bad("the accepting token states are not those of their byte states")
+        raw = mask.contiguous().numpy().tobytes()
+        masks = [int.from_bytes(raw[32 * i:32 * i + 32], "little") for i in range(src.size)]
+        if not all(masks):
+            raise bad("an edge with an empty byte set")
+        marked = ByteNFA(Sb, 0, frozenset(np.nonzero(fin)[0].tolist()),
+                         tuple(zip(src.tolist(), masks, dst.tolist(), strict=True)))
+        A._memo["byte_states"] = bs.copy()
+        return cls(A, marked, vocabulary)
 
     def stats(self) -> dict[str, Any]:
         return dict(self.automaton.stats(), unique_items="checker")

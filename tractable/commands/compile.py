@@ -6,7 +6,8 @@
 
 Prints the vocabulary (and its load time), then the compiled :class:`TokenAutomaton`'s states,
 edges, distinct label sets, memory and compile time; ``-o`` writes it with
-:meth:`TokenAutomaton.save` (reload it with ``TokenAutomaton.load(path, vocab)``).  ``--json``
+its ``save`` (reload it with ``tractable.load_automaton(path, vocab)``, which also reads a
+``uniqueItems`` schema's checker).  ``--json``
 prints the same numbers as one JSON object instead.
 
 Exit status: 0 on success; 1 when the constraint or the tokenizer is rejected (the typed error's
