@@ -5,7 +5,8 @@
   :mod:`.lvd` — latent variable distillation (k-means of LM hidden states) initialisation;
   :mod:`.em` — Baum–Welch EM with held-out early stopping; :mod:`.em_distributed` —
   data-parallel EM over ``torch.distributed``; :mod:`.distill` — the pipeline
-  (``tractable distill`` / ``python -m tractable.hmm.distill``).
+  (``tractable distill`` / ``python -m tractable.hmm.distill``); :mod:`.task` — the same for
+  a model already in memory, cached (:func:`~.task.distill_task_hmm`, used by the demo).
 * :class:`HMMAutomatonProduct` (:mod:`.product`) — HMM × automaton (Thm. 4.4, Algorithm 1).
 * :class:`PGCD`, :func:`pgcd_logits_processor` (:mod:`.pgcd`) — the P-GCD proposal and
   potential (§4.3).

@@ -238,3 +238,42 @@ def test_demo_gcd_smc_rows(capsys, smollm2):
         assert used <= budget
         log_g = float(r.split("log G^ ")[1].rstrip(")"))
         assert -30 < log_g < 0
+
+
+@pytest.mark.model
+def test_demo_pgcd_smc_rows(capsys, smollm2, tmp_path):
+    """The demo's P-GCD-SMC rows (issue 20): the case's HMM distilled from SmolLM2's answers to
+    the case prompt (then loaded from its cache, identical), the P-GCD product built at the
+    tight budget, and each run's drawn output valid, within the budget, with a finite log Ĝ."""
+    import argparse
+
+    from tractable.fsa.regex import compile_regex
+    from tractable.hmm.pgcd import PGCD
+    from tractable.hmm.task import distill_task_hmm
+
+    from tractable.commands.demo import DEMO_CASES, _smc_rows
+    from tractable.models import smollm2_vocabulary
+
+    model, tok = smollm2
+    vocab = smollm2_vocabulary(tok, model)
+    case = DEMO_CASES[1]  # the JSON object, at its tight budget
+    A = compile_regex(case.pattern, vocab)
+    budget = A.min_tokens_to_accept()
+    kw = dict(hidden_size=16, num_samples=24, max_length=16, epochs=3)
+    hmm, info = distill_task_hmm(model, tok, vocab, [case.prompt], tmp_path, **kw)
+    assert not info["cached"] and info["train_tokens"] > 0 and hmm.hidden_size == 16
+    assert info["heldout_ll"] > info["lm_heldout_ll"] - 20
+    again, info2 = distill_task_hmm(model, tok, vocab, [case.prompt], tmp_path, **kw)
+    assert info2["cached"] and torch.equal(again.emission, hmm.emission)
+    total = [0, 0]
+    args = argparse.Namespace(particles=4, seed=0)
+    spent = _smc_rows(model, tok, vocab, A, case, budget, 2, args, total,
+                      potential=PGCD(A, hmm, budget, w=0.5))
+    out = capsys.readouterr().out
+    assert total == [2, 2] and spent > 0
+    rows = [ln for ln in out.splitlines() if "log G^" in ln]
+    assert len(rows) == 2 and all("valid  " in r for r in rows), out
+    assert rows[0].lstrip().startswith("P-GCD-SMC x4")
+    for r in rows:
+        assert int(r.split(" tok")[0].split()[-1]) <= budget
+        assert -60 < float(r.split("log G^ ")[1].rstrip(")")) < 0

@@ -15,7 +15,14 @@ small JSON-shaped object — and for each regex and budget samples (fixed seed) 
   the allowed ones, which distorts p(x | C) (paper 002 §3.3); SMC reweights whole outputs by
   the model's probability, so its outputs approach p(x | C) as particles grow.  At the tight
   budget of the JSON case the budget itself leaves one name: every valid 11-token output
-  spells the name as the one token ``' ",'`` (a blank name), so GCD and GCD-SMC agree there.
+  spells the name as the one token ``' ",'`` (a blank name), so GCD and GCD-SMC agree there;
+* P-GCD-SMC: the same SMC with the P-GCD proposal and potential (paper 002 §4.3): an HMM
+  distilled for the case (``--pgcd-samples`` answers of SmolLM2 to the case's prompt, LVD
+  initialisation, EM; :func:`~tractable.hmm.task.distill_task_hmm`) times the automaton looks
+  ahead at p_hmm(C | prefix).  The first run distills the two HMMs (H = ``--pgcd-hidden``; 35-50 s
+  of sampling and ~1 s of EM per case on one CPU thread) and caches them beside the
+  converted model (``demo_hmm/``); later runs load them.  On these small tasks P-GCD-SMC is
+  not yet better than GCD-SMC (``bench/results/smc_fig2.md``); the rows show it working.
 
 Validity is Python's ``re.fullmatch(pattern, text)`` on the decoded text.  Takes a few seconds
 to a minute on 2 CPU cores once the model is converted (the first run converts it, ~40 s).
@@ -75,6 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--particles", type=int, default=16,
         help="SMC particles per GCD-SMC run (default 16; 0 skips GCD-SMC)",
+    )
+    parser.add_argument(
+        "--pgcd-samples", type=int, default=128,
+        help="SmolLM2 answers an HMM of P-GCD-SMC is distilled from, per case (default 128; "
+        "0 skips P-GCD-SMC; cached after the first run)",
+    )
+    parser.add_argument(
+        "--pgcd-hidden", type=int, default=64, help="hidden states of those HMMs (default 64)",
     )
     parser.add_argument(
         "--threads", type=int, default=1,
@@ -137,7 +152,10 @@ def run(args: argparse.Namespace) -> int:
     stop = set(vocab.eos_token_ids)
     tok.padding_side = "left"
     samples = max(1, int(args.samples))
-    totals = {"unconstrained": [0, 0], "LCD": [0, 0], "GCD": [0, 0], "GCD-SMC": [0, 0]}
+    totals = {"unconstrained": [0, 0], "LCD": [0, 0], "GCD": [0, 0], "GCD-SMC": [0, 0],
+              "P-GCD-SMC": [0, 0]}
+    smc_on = args.particles > 0 and not args.greedy
+    pgcd_on = smc_on and args.pgcd_samples > 0
     gen_seconds = 0.0
 
     for ci, case in enumerate(DEMO_CASES, 1):
@@ -158,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
             return_tensors="pt", return_dict=True,
         )
         P = enc["input_ids"].shape[1]
+        hmm = _case_hmm(model, tok, vocab, case, loose, args) if pgcd_on else None
         for label, budget in budgets:
             print(f"  budget {budget} tokens ({label})")
             for dec in ("unconstrained", "LCD", "GCD"):
@@ -192,22 +211,58 @@ def run(args: argparse.Namespace) -> int:
                               if j == 0 else "")
                     print(f"    {name:<13} {'valid  ' if ok else 'INVALID'} "
                           f"{_shorten(text, 46):<46} {used:>3} tok  {timing}")
-            if args.particles > 0 and not args.greedy:
+            if smc_on:
                 gen_seconds += _smc_rows(model, tok, vocab, A, case, budget, samples, args,
                                          totals["GCD-SMC"])
+            if hmm is not None:
+                from ..hmm.pgcd import PGCD
+
+                t1 = time.perf_counter()
+                pg = PGCD(A, hmm, budget, w=0.5)
+                print(f"    (P-GCD product HMM x automaton: {time.perf_counter() - t1:.1f} s)")
+                gen_seconds += _smc_rows(model, tok, vocab, A, case, budget, samples, args,
+                                         totals["P-GCD-SMC"], potential=pg)
+    if not pgcd_on:
+        totals.pop("P-GCD-SMC")
+    if not smc_on:
+        totals.pop("GCD-SMC")
     print()
     print(f"generation: {gen_seconds:.1f} s in total")
     print("valid outputs: " + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in totals.items()))
     print("GCD is valid at every budget by construction; LCD can run out of tokens mid-output.")
-    if args.particles > 0 and not args.greedy:
+    if smc_on:
         print("GCD-SMC reweights whole outputs by the model's probability, so its outputs follow "
               "p(x | C) more closely than GCD's token-by-token masking.")
+    if pgcd_on:
+        print("P-GCD-SMC adds a distilled HMM's look-ahead p_hmm(C | prefix) to the proposal and "
+              "the weights (paper 002 §4.3).")
     return 0
 
 
+def _case_hmm(model, tok, vocab, case: DemoCase, max_length: int, args: argparse.Namespace):
+    """The case's HMM for P-GCD-SMC (distilled once, then loaded from the cache); prints its
+    quality and what it cost."""
+    from ..hmm.task import distill_task_hmm
+    from ..models import smollm2_cache_dir
+
+    t0 = time.perf_counter()
+    slug = re.sub(r"[^a-z0-9]+", "_", case.name.lower()).strip("_")
+    hmm, info = distill_task_hmm(
+        model, tok, vocab, [case.prompt], smollm2_cache_dir(args.cache_dir) / "demo_hmm" / slug,
+        hidden_size=args.pgcd_hidden, num_samples=args.pgcd_samples, max_length=max_length,
+        seed=args.seed)
+    how = ("loaded from the cache" if info["cached"] else
+           f"sampling {info['sampling_seconds']:.0f} s, EM {info['training_seconds']:.0f} s")
+    print(f"  P-GCD HMM: H={hmm.hidden_size}, {info['train_tokens']} tokens of SmolLM2 answers; "
+          f"held-out {info['heldout_ll']:.2f} nats/token (the LM {info['lm_heldout_ll']:.2f}); "
+          f"{how} ({time.perf_counter() - t0:.1f} s)")
+    return hmm
+
+
 def _smc_rows(model, tok, vocab, A, case: DemoCase, budget: int, samples: int,
-              args: argparse.Namespace, total: list[int]) -> float:
-    """GCD-SMC at ``budget``: ``samples`` runs of ``args.particles`` particles (seeds
+              args: argparse.Namespace, total: list[int], potential=None) -> float:
+    """GCD-SMC at ``budget`` (P-GCD-SMC with ``potential``, a :class:`~tractable.hmm.pgcd.PGCD`:
+    its proposal and potential): ``samples`` runs of ``args.particles`` particles (seeds
     ``args.seed + j``), each printing the output drawn from its weighted ensemble and log Ĝ
     (the estimate of log p(C) within the budget).  Updates ``total`` = [valid, shown] in place;
     returns the seconds spent."""
@@ -220,7 +275,9 @@ def _smc_rows(model, tok, vocab, A, case: DemoCase, budget: int, samples: int,
     if not isinstance(prompt, list):
         prompt = list(prompt["input_ids"])
     lm = HFCausalLM(model, tok, eos_token_ids=vocab.eos_token_ids)
-    smc = SMC(lm, AutomatonConstraint(A), proposal="gcd", max_new_tokens=budget)
+    smc = SMC(lm, AutomatonConstraint(A), proposal="gcd" if potential is None else "pgcd",
+              potential=potential, max_new_tokens=budget)
+    label = ("GCD-SMC" if potential is None else "P-GCD-SMC") + f" x{args.particles}"
     spent = 0.0
     for j in range(samples):
         t1 = time.perf_counter()
@@ -232,7 +289,7 @@ def _smc_rows(model, tok, vocab, A, case: DemoCase, budget: int, samples: int,
         total[0] += ok
         total[1] += 1
         used = len(res.sample_tokens or []) + bool(res.sample >= 0 and res.eos[res.sample])
-        name = f"GCD-SMC x{args.particles}" if j == 0 else ""
+        name = label if j == 0 else ""
         print(f"    {name:<13} {'valid  ' if ok else 'INVALID'} {_shorten(text, 46):<46} "
               f"{used:>3} tok  {dt:5.1f} s (log G^ {res.log_G:.2f})")
     return spent
