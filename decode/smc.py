@@ -14,6 +14,8 @@ particle and returns a log weight increment properly weighted for ψ(x x') / ψ(
 * ``"lcd"``  — x' ~ p_lm · mask_lcd / Z; increment log Z (mask ignores the budget);
 * ``"gcd"``  — x' ~ p_lm · mask_gcd / Z; increment log Z (budget-aware mask: never runs out);
 * ``"awrs"`` — x' and Ẑ from :func:`~.samplers.awrs_batched` (black-box checks); increment log Ẑ;
+* ``"twist"`` — x' ~ p_lm · φ(x x') · mask_gcd (the potential's ``log_next``): the locally
+  optimal proposal for the twisted target; same generic increment as below;
 * ``"pgcd"`` or any callable ``(logp_lm [B,V], ctx) -> log q [B,V]`` — x' ~ q · mask_gcd;
   increment log p_lm(x') - log q(x') + log φ(x x') - log φ(x) + log Z_q (generic importance weight).
 
@@ -45,7 +47,7 @@ __all__ = ["SMC", "SMCResult", "Potential", "smc", "resample_indices", "PROPOSAL
 
 _WARNED_CANONICAL = False  # SMC jump_forward="canonical" warns once per process
 
-PROPOSALS = ("lm", "lcd", "gcd", "awrs", "pgcd")
+PROPOSALS = ("lm", "lcd", "gcd", "awrs", "pgcd", "twist")
 
 
 class Potential:
@@ -158,8 +160,16 @@ class SMC:
     Args:
         lm: the language model (KV-cached, reorderable).
         constraint: the constraint (or anything :func:`~.constraints.as_constraint` takes).
-        proposal: ``"lm" | "lcd" | "gcd" | "awrs" | "pgcd"`` or a callable
+        proposal: ``"lm" | "lcd" | "gcd" | "awrs" | "pgcd" | "twist"`` or a callable
             ``(logp_lm float [B, V], ctx: dict) -> log q [B, V]`` (unnormalized OK; masked by GCD).
+            ``"twist"`` (needs ``potential`` with ``log_next``): q(v) ∝ p_lm(v | x) · φ(x v) over
+            the GCD mask, the locally optimal proposal for the twisted target p_lm · φ (the
+            incremental weight Σ_v p_lm(v | x) φ(x v) / φ(x) does not depend on the drawn v;
+            with φ = the exact look-ahead p_lm(C | x), every run is an exact posterior draw
+            and Ĝ = G).  With P-GCD's φ = p_hmm(C | x) it is GeLaTo / Ctrl-G's
+            p_lm(x_t | x_<t) · p_hmm(C | x_≤t): the LM's next-token distribution tilted only by
+            the HMM's look-ahead ratio, where ``"pgcd"`` (paper 002 §4.3) mixes in the HMM's
+            own next-token distribution.
         potential: optional :class:`Potential` (extra twist φ; for ``"pgcd"`` its ``log_next``
             shapes the proposal: q ∝ p_lm^w · φ(x v)^(1-w) over the GCD mask, paper 002 §4.3).
         max_new_tokens: N, the budget (EOS included).
@@ -193,9 +203,9 @@ class SMC:
         if isinstance(proposal, str) and proposal not in PROPOSALS:
             raise InvalidArgumentError(
                 f"proposal must be one of {PROPOSALS} or a callable: {proposal!r}")
-        if proposal == "pgcd" and (potential is None):
+        if proposal in ("pgcd", "twist") and (potential is None):
             raise InvalidArgumentError(
-                "proposal='pgcd' needs potential= (a P-GCD potential with log_next)")
+                f"proposal={proposal!r} needs potential= (a P-GCD potential with log_next)")
         if max_new_tokens < 1:
             raise InvalidArgumentError(f"max_new_tokens must be >= 1 (got {max_new_tokens})")
         self.lm = lm
@@ -247,17 +257,17 @@ class SMC:
         # pgcd or a callable proposal: generic importance weight over the GCD mask
         sub = torch.from_numpy(rows)
         mask = C.allowed(cst.select(sub), r, "gcd")
-        if prop == "pgcd":
+        if prop in ("pgcd", "twist"):
             ps = self.potential.select(pst, sub)
-            f = getattr(self.potential, "proposal_logprobs", None)
+            f = getattr(self.potential, "proposal_logprobs", None) if prop == "pgcd" else None
             if f is not None:  # tractable.hmm.pgcd.PGCD: q ∝ p_lm^w p_hmm(v | x, C)^(1-w)
                 lq = f(lp, ps, self.pgcd_weight).double()
-            else:  # a generic potential: q ∝ p_lm^w (p_lm φ(x v))^(1-w)
+            else:  # "twist", or a generic potential: q ∝ p_lm^w (p_lm φ(x v))^(1-w)
                 ln = self.potential.log_next(ps, r)
                 if ln is None:
-                    raise InvalidArgumentError("the potential gives neither proposal_logprobs nor "
-                                               "log_next: cannot build a P-GCD proposal")
-                w = self.pgcd_weight or 0.0
+                    raise InvalidArgumentError(
+                        f"the potential gives no log_next: cannot build the {prop!r} proposal")
+                w = 0.0 if prop == "twist" else (self.pgcd_weight or 0.0)
                 lq = lp + (1.0 - w) * ln.double()
         else:
             lq = torch.as_tensor(prop(lp, {"rows": rows, "remaining": r, "constraint_state": cst,

@@ -5,8 +5,8 @@ chat prompt "Is the sky blue? Answer with one word: yes, no or maybe.", the rege
 P(x | C) are exact.
 
 For every proposal × potential combination of :class:`~tractable.decode.smc.SMC` ("lcd", "gcd",
-"awrs" with and without the P-GCD potential, "pgcd" with it): Ẑ is unbiased (|z| < 3 over 100
-runs at each M) and the weighted ensembles approach P(· | C) as M grows.
+"awrs" with and without the P-GCD potential, "pgcd" and "twist" with it): Ẑ is unbiased
+(|z| < 3 over 100 runs at each M) and the weighted ensembles approach P(· | C) as M grows.
 
 The P-GCD potential uses an HMM over SmolLM2's 49,152 ids shaped like a distilled one: a
 "general text" state with random emissions (it never saw the chat prompt, so p_hmm(C) ≈ e^-12.5,
@@ -142,6 +142,7 @@ COMBOS = [
     pytest.param("awrs", False, (2, 6), id="awrs", marks=pytest.mark.slow),
     pytest.param("awrs", True, (2, 6), id="awrs+pgcd_potential", marks=pytest.mark.slow),
     pytest.param("pgcd", True, (4, 16), id="pgcd+pgcd_potential", marks=pytest.mark.slow),
+    pytest.param("twist", True, (4, 16), id="twist+pgcd_potential"),
 ]
 
 

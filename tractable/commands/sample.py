@@ -12,7 +12,8 @@ Progress goes to stderr while it runs.
 ``--hmm DIR`` (an HMM saved by ``tractable distill`` for the same vocabulary) adds P-GCD
 (paper 002 §4.3): its look-ahead p_hmm(C | prefix) is the SMC potential for every proposal,
 and ``--proposal pgcd`` also draws from the P-GCD proposal q ∝ p_lm^w p_hmm(v | x, C)^(1-w)
-(``--pgcd-weight`` w, default 0.5).  The product with the automaton is built once, before
+(``--pgcd-weight`` w, default 0.5), ``--proposal twist`` from q ∝ p_lm(v | x) p_hmm(C | x v)
+(the LM tilted only by the HMM's look-ahead).  The product with the automaton is built once, before
 sampling (its time is printed).
 
 Prints every particle (or sample) with its normalized weight, the drawn sample, log Ĝ, and the
@@ -41,8 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=METHODS, default="smc",
                    help="awrs: SMC with AWRS proposal; smc: SMC with --proposal; cars: exact "
                         "samples; gcd / lcd: masked ancestral sampling (importance weights shown)")
-    p.add_argument("--proposal", choices=("gcd", "lcd", "awrs", "lm", "pgcd"), default="gcd",
-                   help="SMC proposal for --method smc (default gcd; pgcd needs --hmm)")
+    p.add_argument("--proposal", choices=("gcd", "lcd", "awrs", "lm", "pgcd", "twist"),
+                   default="gcd",
+                   help="SMC proposal for --method smc (default gcd; pgcd and twist need --hmm: "
+                        "twist draws from p_lm(v | x) p_hmm(C | x v) over the GCD mask)")
     p.add_argument("--hmm", metavar="DIR", type=Path, default=None,
                    help="an HMM folder (tractable distill) for the same vocabulary: the P-GCD "
                         "potential of SMC, and the pgcd proposal")
@@ -125,8 +128,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --jump-forward is used by SMC (--method smc/awrs/gcd/lcd), not "
               f"{args.method}")
         return 2
-    if args.method == "smc" and args.proposal == "pgcd" and args.hmm is None:
-        print("error: --proposal pgcd needs --hmm DIR (an HMM from tractable distill)")
+    if args.method == "smc" and args.proposal in ("pgcd", "twist") and args.hmm is None:
+        print(f"error: --proposal {args.proposal} needs --hmm DIR (an HMM from tractable "
+              "distill)")
         return 2
     if args.hmm is not None:
         if not uses_smc:
