@@ -268,19 +268,12 @@ def enumerate_task(ctx: Ctx, model, tok, vocab) -> None:
 # ----------------------------------------------------------------------------- stage 4: HMM
 
 
-def distill_hmm(ctx: Ctx, model, tok, vocab, args):
-    """One HMM per task: task-conditioned SmolLM2 samples (resumable store), LVD init, EM with
-    held-out early stopping.  Held out: every 5th prompt after the task's own (prompt 0, whose
-    answers are trained on).  Returns the HMM (float32, as trained); its numbers go to
-    ``ctx.info["hmm"]``."""
-    from tractable.hmm.distill import bigram_heldout_ll
-    from tractable.hmm.em import fit, heldout_ll_per_token, smoothed_unigram
-    from tractable.hmm.lvd import lvd_init
-    from tractable.hmm.model import HMM
+def task_samples(t: Task, model, tok, vocab, args):
+    """The task's sample store (filled with SmolLM2 where shards are missing) and its split:
+    ``(tag, sampling seconds, all samples, held-out prompt indices, train, held-out)``.  Held
+    out: every 5th prompt after the task's own (prompt 0, whose answers are trained on)."""
     from tractable.hmm.samples import SampleStore, encode_prompts, prompts_fingerprint
 
-    t = ctx.task
-    V = vocab.size
     prompts = t.prompts[:args.distill_prompts]
     ids = encode_prompts(tok, prompts)
     k, T = t.samples_per_prompt, t.max_length
@@ -297,7 +290,24 @@ def distill_hmm(ctx: Ctx, model, tok, vocab, args):
     S = store.load(with_hidden=True)
     held = torch.tensor([i for i in range(1, len(prompts)) if i % 5 == 0])
     ho_m = torch.isin(S.prompt_index, held)
-    tr, ho = S.select(~ho_m), S.select(ho_m)
+    return tag, s_sec, S, held, S.select(~ho_m), S.select(ho_m)
+
+
+def distill_hmm(ctx: Ctx, model, tok, vocab, args):
+    """One HMM per task: task-conditioned SmolLM2 samples (resumable store), LVD init, EM with
+    held-out early stopping.  Held out: every 5th prompt after the task's own (prompt 0, whose
+    answers are trained on).  Returns the HMM (float32, as trained); its numbers go to
+    ``ctx.info["hmm"]``."""
+    from tractable.hmm.distill import bigram_heldout_ll
+    from tractable.hmm.em import fit, heldout_ll_per_token, smoothed_unigram
+    from tractable.hmm.lvd import lvd_init
+    from tractable.hmm.model import HMM
+
+    t = ctx.task
+    V = vocab.size
+    prompts = t.prompts[:args.distill_prompts]
+    k, T = t.samples_per_prompt, t.max_length
+    tag, s_sec, S, held, tr, ho = task_samples(t, model, tok, vocab, args)
     H = args.hmm_hidden
     hdir = CACHE / t.name / f"hmm_{tag}_H{H}_e{args.em_epochs}"
     info_path = hdir / "distill.json"
