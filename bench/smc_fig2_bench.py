@@ -449,7 +449,9 @@ class _Prefixes:
 class ExactTwist:
     """The exact look-ahead φ*(x) = p_lm(C | x) = Z · P(x ⊑ y) / p_lm(x) as an SMC potential,
     from the enumeration (an oracle: the best any potential can do; on the scale of
-    ``log_final`` = 0).  Only for proposals that stay on the GCD-allowed tree."""
+    ``log_final`` = 0).  Only for proposals that stay on the GCD-allowed tree.  With the
+    ``"twist"`` proposal (its :meth:`log_next`) every run is an exact posterior draw and
+    Ĝ = Z."""
 
     def __init__(self, ctx: Ctx) -> None:
         self.table = ctx.lm.inner.table
@@ -459,6 +461,12 @@ class ExactTwist:
             for k in range(len(y) + 1):
                 self.mass[y[:k]] = self.mass.get(y[:k], 0.0) + p
         self.log_G = math.log(ctx.G)
+        self.accepted = set(ctx.post)
+        self.N = ctx.task.budget
+        self.children: dict = {}  # prefix -> its one-token extensions with posterior mass
+        for x in self.mass:
+            if x:
+                self.children.setdefault(x[:-1], []).append(x)
 
     def start(self, batch_size: int):
         return _Prefixes([((), 0.0, False)] * batch_size)
@@ -484,7 +492,22 @@ class ExactTwist:
         return torch.zeros(len(state.rows), dtype=torch.float64)
 
     def log_next(self, state, remaining=None):
-        return None
+        """float64 [B, V]: log φ*(x v) on the scale of :meth:`log_value` (0 where x v is a
+        finished accepted output, −inf where no accepted output extends it)."""
+        V = next(iter(self.table.values())).shape[0]
+        out = torch.full((len(state.rows), V), -math.inf, dtype=torch.float64)
+        for b, (pre, llm, done) in enumerate(state.rows):
+            if done or pre in self.accepted:
+                out[b, min(self.eos)] = 0.0
+            if done:
+                continue
+            lp = self.table[pre]
+            for y in self.children.get(pre, ()):
+                if len(y) == self.N:  # the budget ends the output: finished
+                    out[b, y[-1]] = 0.0 if y in self.accepted else -math.inf
+                else:
+                    out[b, y[-1]] = self.log_G + math.log(self.mass[y]) - llm - float(lp[y[-1]])
+        return out
 
 
 def proposal_divergences(ctx: Ctx) -> dict:
@@ -503,7 +526,8 @@ def proposal_divergences(ctx: Ctx) -> dict:
     for y, p in ctx.post.items():
         for k in range(1, len(y) + 1):
             mass[y[:k]] = mass.get(y[:k], 0.0) + p
-    props = {"gcd": None, **{f"pgcd/{k}": v for k, v in ctx.pgcd.items()}}
+    props = {"gcd": None, **{f"pgcd/{k}": v for k, v in ctx.pgcd.items()},
+             **{f"twist/{k}": v for k, v in ctx.pgcd.items()}}
     out = {}
     for name, pg in props.items():
         logq: dict = {}
@@ -511,13 +535,18 @@ def proposal_divergences(ctx: Ctx) -> dict:
         stack = [((), None if pg is None else pg.start(1), C.start(1), 0.0, 0.0)]
         while stack:
             pre, ps, cs, lq_pre, llm = stack.pop()
-            if pg is not None and pre and mass.get(pre, 0.0) > 0:
+            if name.startswith("pgcd/") and pre and mass.get(pre, 0.0) > 0:
                 exact = math.log(ctx.G * mass[pre]) - llm
                 twist.setdefault(len(pre), []).append(
                     (mass[pre], float(pg.log_value(ps)[0]) - exact))
             mask = C.allowed(cs, N - len(pre), "gcd")
             lp = table[pre].double()[None]
-            lq = lp if pg is None else pg.proposal_logprobs(lp, ps).double()
+            if pg is None:
+                lq = lp
+            elif name.startswith("twist/"):  # q ∝ p_lm(v | x) p_hmm(C | x v)
+                lq = lp + pg.log_next(ps).double()
+            else:
+                lq = pg.proposal_logprobs(lp, ps).double()
             lq = lq.masked_fill(~mask, -math.inf)
             lq = (lq - torch.logsumexp(lq, -1, keepdim=True))[0]
             for v in mask[0].nonzero().flatten().tolist():
@@ -560,6 +589,10 @@ def method_parts(ctx: Ctx, method: str):
         return "pgcd", ctx.pgcd["lm-shaped"]
     if method == "gcd+exact":
         return "gcd", ctx.exact
+    if method == "twist+pot":
+        return "twist", ctx.pgcd["distilled"]
+    if method == "twist+exact":
+        return "twist", ctx.exact
     raise ValueError(method)
 
 
@@ -648,7 +681,8 @@ def run_grid(ctx: Ctx, methods: list[str], Ms: list[int], args, cells: dict, sav
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    ap.add_argument("--methods", nargs="+", default=METHODS[:6], choices=METHODS)
+    ap.add_argument("--methods", nargs="+", default=METHODS[:6] + ["twist+pot"],
+                    choices=METHODS)
     ap.add_argument("--Ms", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32])
     ap.add_argument("--runs", type=int, default=64, help="R: SMC runs per (method, M)")
     ap.add_argument("--awrs-runs", type=int, default=40, help="R for AWRS (slow)")

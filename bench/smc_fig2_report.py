@@ -12,12 +12,15 @@ import sys
 from harness import RESULTS, write_result
 
 OUT = RESULTS / "smc_fig2"
-METHODS = ["lcd", "gcd", "awrs", "pgcd", "pgcd+pot", "gcd+pot", "pgcd+pot/lm-shaped", "gcd+exact"]
-ORACLES = ["pgcd+pot/lm-shaped", "gcd+exact"]
+METHODS = ["lcd", "gcd", "awrs", "pgcd", "pgcd+pot", "gcd+pot", "pgcd+pot/lm-shaped", "gcd+exact",
+           "twist+pot", "twist+exact"]
+ORACLES = ["pgcd+pot/lm-shaped", "gcd+exact", "twist+exact"]
 LABELS = {"lcd": "LCD", "gcd": "GCD", "awrs": "AWRS", "pgcd": "P-GCD proposal",
           "pgcd+pot": "P-GCD proposal + potential", "gcd+pot": "GCD + P-GCD potential",
           "pgcd+pot/lm-shaped": "P-GCD prop. + pot., LM-shaped HMM (oracle-ish)",
-          "gcd+exact": "GCD + exact look-ahead twist (oracle)"}
+          "gcd+exact": "GCD + exact look-ahead twist (oracle)",
+          "twist+pot": "twist proposal p_lm·p_hmm(C|x v) + P-GCD potential",
+          "twist+exact": "twist proposal + exact look-ahead (oracle: exact)"}
 
 
 def goal_summary(rows: list[dict], Ms: list[int], fast: str = "pgcd+pot",
@@ -58,7 +61,11 @@ def _pivots(rows: list[dict], Ms: list[int], floor: dict) -> list[str]:
         ("Ensemble TV (± bootstrap s.e.)",
          lambda c: f"{c['tv_ensemble']:.4f} ± {c['tv_ensemble_se']:.4f}"),
         ("Mean per-run TV", lambda c: f"{c['tv_run']:.4f}"),
-        ("Ẑ/Z (z-score)", lambda c: f"{c['Zhat_over_Z']:.3f} ({_z(c['z'])})"),
+        ("Ẑ/Z (z-score)", lambda c: f"{c['Zhat_over_Z']:.3f} ("
+         + ("every run exact" if _rsd(c) < 1e-5 else _z(c['z'])) + ")"),
+        ("Relative s.d. of Ẑ over runs, s.d.(Ẑ)/Z (0 = every run's Ẑ exact; no floor, "
+         "unlike TV; a sample s.d., unreliable where weights are heavy-tailed)",
+         lambda c: f"{_rsd(c):.3f}"),
         ("Dead runs (all particles failed) / seconds per run",
          lambda c: f"{c['failed_runs']} / {c['seconds_per_run']:.2f}"),
     ]
@@ -73,6 +80,20 @@ def _pivots(rows: list[dict], Ms: list[int], floor: dict) -> list[str]:
             out.append("| *i.i.d. exact samples, R·M of them* | | " + " | ".join(
                 f"*{floor[str(M)]:.4f}*" if str(M) in floor else "—" for M in Ms) + " |")
     return out
+
+
+def _prop_label(k: str) -> str:
+    """'gcd' | 'pgcd/<hmm>' | 'twist/<hmm>' -> its name in the report."""
+    if k == "gcd":
+        return "GCD"
+    kind, hmm = k.split("/", 1)
+    return f"{'P-GCD' if kind == 'pgcd' else 'twist'} ({hmm} HMM)"
+
+
+def _rsd(c: dict) -> float:
+    """s.d.(Ẑ) / Z over a cell's runs (from its s.e. of the mean)."""
+    Z = c["Zhat"] / c["Zhat_over_Z"] if c["Zhat_over_Z"] else float("nan")
+    return c["Zhat_se"] * math.sqrt(c["runs"]) / Z
 
 
 def _z(z) -> str:
@@ -141,7 +162,7 @@ def write_report(res: dict) -> None:
         if div:
             md.append("Exact proposal quality over complete outputs (tree walk, no sampling; "
                       "1 + χ² = relative second moment of Ẑ at M = 1): " + "; ".join(
-                          f"{'GCD' if k == 'gcd' else 'P-GCD (' + k.split('/')[1] + ' HMM)'}: "
+                          f"{_prop_label(k)}: "
                           f"KL(P‖q) {v['kl']:.3f}, χ² {v['chi2']:.3g}"
                           + (f", potential's twist error {v['twist_log_sd']:.2f} nats"
                              if "twist_log_sd" in v else "") for k, v in div.items())
@@ -154,6 +175,22 @@ def write_report(res: dict) -> None:
                + _fmt_goal(goal_summary(rows, Ms), "pgcd+pot") + ".  ",
                "The same test on the mean per-run TV (one run's quality, less floor-bound): "
                + _fmt_goal(goal_summary(rows, Ms, metric="tv_run"), "pgcd+pot") + ".  "]
+        for c in rows:
+            c["zhat_rsd"] = _rsd(c)
+        md.append("The same test on the relative s.d. of Ẑ (no floor: 0 for an exact sampler): "
+                  + _fmt_goal(goal_summary(rows, Ms, metric="zhat_rsd"), "pgcd+pot") + ".  ")
+        if any(c["method"] == "twist+pot" for c in rows):
+            md.append("Twist proposal + P-GCD potential vs GCD — ensemble TV: "
+                      + _fmt_goal(goal_summary(rows, Ms, "twist+pot"), "twist+pot")
+                      + "; relative s.d. of Ẑ: "
+                      + _fmt_goal(goal_summary(rows, Ms, "twist+pot", metric="zhat_rsd"),
+                                  "twist+pot") + ".  ")
+        if any(c["method"] == "twist+exact" for c in rows):
+            md.append("Twist proposal + exact look-ahead (oracle) — ensemble TV: "
+                      + _fmt_goal(goal_summary(rows, Ms, "twist+exact"), "twist+exact")
+                      + "; relative s.d. of Ẑ: "
+                      + _fmt_goal(goal_summary(rows, Ms, "twist+exact", metric="zhat_rsd"),
+                                  "twist+exact") + ".  ")
         if any(c["method"] == "pgcd+pot/lm-shaped" for c in rows):
             md.append("With the LM-shaped HMM: "
                       + _fmt_goal(goal_summary(rows, Ms, "pgcd+pot/lm-shaped"),
