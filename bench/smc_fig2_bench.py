@@ -387,35 +387,6 @@ def lm_shaped_hmm(table: dict, V: int, fingerprint: str, eps: float = 1e-3):
 # ----------------------------------------------------------------------------- stage 5: SMC
 
 
-class ProposalOnly:
-    """A P-GCD object as the ``"pgcd"`` proposal only: its HMM product state rides along as the
-    potential state, but the twist is 1 (log 0) — plain importance weights p_lm / q."""
-
-    def __init__(self, pg) -> None:
-        self.pg = pg
-
-    def start(self, batch_size: int):
-        return self.pg.start(batch_size)
-
-    def advance(self, state, tokens):
-        return self.pg.advance(state, tokens)
-
-    def select(self, state, idx):
-        return state.select(idx)
-
-    def log_value(self, state, remaining=None):
-        return self.pg.log_final(state)  # 0 (−inf only for a dead row)
-
-    def log_final(self, state):
-        return self.pg.log_final(state)
-
-    def log_next(self, state, remaining=None):
-        return None
-
-    def proposal_logprobs(self, lm_logprobs, state, w=None):
-        return self.pg.proposal_logprobs(lm_logprobs, state, w)
-
-
 def build_pgcd(ctx: Ctx, hmm, args, oracle: bool, vocab) -> None:
     """P-GCD objects of the task: ``"distilled"`` and (``oracle``) ``"lm-shaped"``."""
     from tractable.hmm.pgcd import PGCD
@@ -580,7 +551,7 @@ def method_parts(ctx: Ctx, method: str):
     if method in ("lcd", "gcd", "awrs"):
         return method, None
     if method == "pgcd":
-        return "pgcd", ProposalOnly(ctx.pgcd["distilled"])
+        return "pgcd", ctx.pgcd["distilled"].proposal_only()
     if method == "pgcd+pot":
         return "pgcd", ctx.pgcd["distilled"]
     if method == "gcd+pot":

@@ -42,7 +42,8 @@ try:  # transformers is optional: the processor works as a plain callable withou
 except ImportError:  # pragma: no cover
     _LogitsProcessorBase = object
 
-__all__ = ["PGCD", "PGCDLogitsProcessor", "pgcd_logits_processor", "pgcd_proposal"]
+__all__ = ["PGCD", "PGCDProposalOnly", "PGCDLogitsProcessor", "pgcd_logits_processor",
+           "pgcd_proposal"]
 
 _NEG_INF = float("-inf")
 
@@ -208,9 +209,47 @@ class PGCD:
             out[state.done] = lc[state.done]  # 0 at the first EOS id, −inf elsewhere (dead: all)
         return out
 
+    def proposal_only(self) -> PGCDProposalOnly:
+        """This P-GCD as the ``"pgcd"`` SMC proposal *without* its potential (weights p_lm / q,
+        no look-ahead twist): pass it as ``potential=`` to :class:`~tractable.decode.smc.SMC`
+        with ``proposal="pgcd"``."""
+        return PGCDProposalOnly(self)
+
     def __repr__(self) -> str:
         return (f"PGCD(w={self.w}, max_new_tokens={self.max_new_tokens}, hmm={self.hmm!r}, "
                 f"automaton={self.automaton!r})")
+
+
+class PGCDProposalOnly:
+    """A :class:`PGCD` as the ``"pgcd"`` proposal only (:meth:`PGCD.proposal_only`): its product
+    state rides along as the potential state (SMC advances and reorders it), but the twist is 1
+    — ``log_value`` and ``log_final`` are 0 (−inf only for a dead row), ``log_next`` is None — so
+    SMC weights are the plain importance weights p_lm / q.  Immutable; shares the product."""
+
+    def __init__(self, pgcd: PGCD) -> None:
+        self.pgcd = pgcd
+
+    def start(self, batch_size: int) -> ProductState:
+        return self.pgcd.start(batch_size)
+
+    def advance(self, state: ProductState, tokens: torch.Tensor) -> ProductState:
+        return self.pgcd.advance(state, tokens)
+
+    def select(self, state: ProductState, indices: torch.Tensor) -> ProductState:
+        return self.pgcd.select(state, indices)
+
+    def log_value(self, state: ProductState, remaining=None) -> torch.Tensor:
+        return self.pgcd.log_final(state)
+
+    def log_final(self, state: ProductState) -> torch.Tensor:
+        return self.pgcd.log_final(state)
+
+    def log_next(self, state: ProductState, remaining=None) -> None:
+        return None
+
+    def proposal_logprobs(self, lm_logprobs: torch.Tensor, state: ProductState,
+                          w: float | None = None) -> torch.Tensor:
+        return self.pgcd.proposal_logprobs(lm_logprobs, state, w)
 
 
 class PGCDLogitsProcessor(_LogitsProcessorBase):

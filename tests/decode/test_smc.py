@@ -266,7 +266,7 @@ def test_smollm2_restricted_smc(smol_restricted):
 
 def test_smc_with_pgcd_object_unbiased():
     """The real P-GCD (hmm/pgcd.py: random HMM × regex automaton over a tiny vocabulary) as
-    proposal and potential: Ĝ and P̃̂ stay unbiased (any HMM is a valid proposal; a good one
+    proposal and potential, and as the proposal alone: Ĝ and P̃̂ stay unbiased (any HMM is a valid proposal; a good one
     only lowers variance)."""
     pgcd_mod = pytest.importorskip("tractable.hmm.pgcd")
     from tractable.decode.constraints import AutomatonConstraint
@@ -291,10 +291,16 @@ def test_smc_with_pgcd_object_unbiased():
     post, G = enumerate_posterior(lm, C, [], N)
     hmm = HMM.random(3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     pg = pgcd_mod.PGCD(A, hmm, N, w=0.5)
-    s = SMC(lm, C, proposal="pgcd", potential=pg, max_new_tokens=N)
-    gg = np.random.default_rng(12)
-    runs = [s.run([], 8, seed=gg) for _ in range(300)]
-    _check_unbiased(runs, post, G)
+    for pot in (pg, pg.proposal_only()):  # proposal + potential, the proposal alone
+        s = SMC(lm, C, proposal="pgcd", potential=pot, max_new_tokens=N)
+        gg = np.random.default_rng(12)
+        runs = [s.run([], 8, seed=gg) for _ in range(300)]
+        _check_unbiased(runs, post, G)
+    # without the potential a run's first weights are p_lm / q only: no p_hmm(C) factor
+    only = pg.proposal_only()
+    st = only.start(2)
+    assert torch.equal(only.log_value(st), torch.zeros(2, dtype=torch.float64))
+    assert float(pg.log_value(pg.start(1))[0]) < 0 and only.log_next(st) is None
 
 
 def test_smc_pgcd_potential_scale():
