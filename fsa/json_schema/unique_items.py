@@ -313,8 +313,28 @@ class UniqueItemsAutomaton:
         A._memo["byte_states"] = bs.copy()
         return cls(A, marked, vocabulary)
 
+    @property
+    def num_edges(self) -> int:
+        return self.automaton.num_edges
+
+    @property
+    def num_labels(self) -> int:
+        return self.automaton.num_labels
+
+    def memory_bytes(self) -> dict[str, int]:
+        """The automaton's :meth:`~.automaton.TokenAutomaton.memory_bytes` plus ``checker``:
+        the marked byte NFA as :meth:`save` stores it (int64 source and target, 32 bytes of
+        byte set per edge, a flag per byte state) and the token -> byte state map; the
+        Python tuples that hold it in memory take several times more."""
+        out = dict(self.automaton.memory_bytes())
+        m = self.marked
+        out["checker"] = 48 * m.num_edges + m.num_states + 8 * self._byte_of.size
+        out["total"] += out["checker"]
+        return out
+
     def stats(self) -> dict[str, Any]:
-        return dict(self.automaton.stats(), unique_items="checker")
+        return dict(self.automaton.stats(), unique_items="checker",
+                    memory_bytes=self.memory_bytes()["total"])
 
     def as_constraint(self):
         """This automaton as a :class:`~tractable.decode.constraints.Constraint` (SMC, AWRS,

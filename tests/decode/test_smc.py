@@ -266,8 +266,8 @@ def test_smollm2_restricted_smc(smol_restricted):
 
 def test_smc_with_pgcd_object_unbiased():
     """The real P-GCD (hmm/pgcd.py: random HMM × regex automaton over a tiny vocabulary) as
-    proposal and potential, and as the proposal alone: Ĝ and P̃̂ stay unbiased (any HMM is a valid proposal; a good one
-    only lowers variance)."""
+    proposal and potential, and as the proposal alone: Ĝ and P̃̂ stay unbiased (any HMM is a
+    valid proposal; a good one only lowers variance)."""
     pgcd_mod = pytest.importorskip("tractable.hmm.pgcd")
     from tractable.decode.constraints import AutomatonConstraint
     from tractable.decode.lm import TableLM

@@ -114,6 +114,34 @@ def test_compile_json_schema(capsys, tmp_path):
     assert "not a JSON document" in capsys.readouterr().err
 
 
+def test_compile_unique_items_schema_writes_its_checker(capsys, tmp_path):
+    """A uniqueItems schema compiles to the per-request checker: ``-o`` writes it (format 3),
+    the report counts its memory, and ``tractable.load_automaton`` reads it back with the
+    checker (duplicates still rejected); ``TokenAutomaton.load`` refuses it."""
+    from tractable.fsa.errors import AutomatonFormatError
+
+    import tractable
+
+    path = tokenizer_path("gpt2")
+    schema = tmp_path / "u.json"
+    schema.write_text(json.dumps({"type": "array", "items": {"type": "string"},
+                                  "uniqueItems": True}))
+    out_file = tmp_path / "u.safetensors"
+    status = main(["compile", "--json-schema", str(schema), "--tokenizer", str(path),
+                   "-o", str(out_file)])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert "uniqueItems checker" in out.out and "written" in out.out
+    vocab = tractable.TokenVocabulary.from_tokenizer_file(path)
+    A = tractable.load_automaton(out_file, vocab)
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path))
+    assert A.accepts(tok.encode('["a","b"]').ids) and not A.accepts(tok.encode('["a","a"]').ids)
+    with pytest.raises(AutomatonFormatError, match="load_automaton"):
+        tractable.TokenAutomaton.load(out_file, vocab)
+
+
 def test_compile_grammar(capsys, tmp_path):
     tok = str(tokenizer_path("llama3"))
     grammar = tmp_path / "g.lark"

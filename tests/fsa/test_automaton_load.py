@@ -88,6 +88,10 @@ def test_round_trip_keeps_the_checker(saved, gpt2_vocab, gpt2_tokenizer, key):
         assert isinstance(B, UniqueItemsAutomaton)
         assert B.num_states == A.num_states and B.marked.num_states == A.marked.num_states
         assert B.marked.finals == A.marked.finals
+        assert B.num_edges == A.num_edges and B.memory_bytes() == A.memory_bytes()
+        mem = B.memory_bytes()
+        assert mem["total"] == (mem["labels"] + mem["edges"] + mem["states"] + mem["checker"])
+        assert mem["checker"] >= 48 * len(A.marked.edges)
         assert sorted(B.marked.edges) == sorted(A.marked.edges)
         verdicts = []
         for text in TEXTS[key]:

@@ -165,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
         ("edges", str(automaton.num_edges)),
         ("label sets", str(automaton.num_labels)),
         ("memory", f"{_kib(mem['total'])} (labels {_kib(mem['labels'])}, "
-                   f"edges {_kib(mem['edges'])}, states {_kib(mem['states'])})"),
+                   f"edges {_kib(mem['edges'])}, states {_kib(mem['states'])}"
+                   + (f", uniqueItems checker {_kib(mem['checker'])}" if "checker" in mem
+                      else "") + ")"),
         ("compile", f"{t_compile:.3f} s"),
     ]
     if args.output is not None:
