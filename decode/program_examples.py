@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 SHORT_WORDS = r"[^A-Za-z]*([A-Za-z]{1,5}[^A-Za-z]+)*[A-Za-z]{0,5}"
-PROPOSALS = ("lm", "lcd", "gcd", "awrs", "pgcd")
+PROPOSALS = ("lm", "lcd", "gcd", "awrs", "pgcd", "twist")
 
 
 class ConstrainedGeneration(Model):
@@ -68,8 +68,8 @@ class ConstrainedGeneration(Model):
         super().__init__()
         if proposal not in PROPOSALS:
             raise InvalidArgumentError(f"proposal must be one of {PROPOSALS}: {proposal!r}")
-        if proposal == "pgcd" and potential is None:
-            raise InvalidArgumentError("proposal='pgcd' needs potential= (e.g. a PGCD)")
+        if proposal in ("pgcd", "twist") and potential is None:
+            raise InvalidArgumentError(f"proposal={proposal!r} needs potential= (e.g. a PGCD)")
         C = as_constraint(constraint, vocab)
         self.ctx = self.new_context(lm, prompt_ids)
         self.c = self.ctx.constrain(C, budget=max_new_tokens)
@@ -81,7 +81,9 @@ class ConstrainedGeneration(Model):
                          "awrs": AWRSProposal(self.c, awrs_chunk) if proposal == "awrs"
                          else None,
                          "pgcd": PGCDProposal(self.c, self.pot, pgcd_weight)
-                         if proposal == "pgcd" else None}[proposal]
+                         if proposal == "pgcd" else None,
+                         "twist": PGCDProposal(self.c, self.pot, twist=True)
+                         if proposal == "twist" else None}[proposal]
 
     async def step(self) -> None:
         before = 0.0

@@ -135,22 +135,25 @@ class AWRSProposal(TokenProposal):
 class PGCDProposal(TokenProposal):
     """P-GCD (paper 002 §4.3): q ∝ p_lm^w · p_hmm(· | x, C)^(1-w) over the GCD mask of
     ``tracker`` (a ``PGCD``'s ``proposal_logprobs`` on the PotentialTracker ``potential``;
-    for another potential, q ∝ p_lm · φ(x v)^(1-w) from its ``log_next``); log weight
-    log p(x) - log q(x).  Raises InvalidArgumentError at the draw if the potential gives
-    neither."""
+    for another potential, q ∝ p_lm · φ(x v)^(1-w) from its ``log_next``); with
+    ``twist=True`` always q ∝ p_lm · φ(x v) from ``log_next`` (SMC's ``"twist"``: the locally
+    optimal proposal for the potential).  Log weight log p(x) - log q(x).  Raises
+    InvalidArgumentError at the draw if the potential gives neither."""
 
-    def __init__(self, tracker, potential, w: float | None = None) -> None:
+    def __init__(self, tracker, potential, w: float | None = None, *,
+                 twist: bool = False) -> None:
         self.tracker = _handle(tracker, "PGCDProposal", "ConstraintTracker", "allowed")
         self.potential = _handle(potential, "PGCDProposal", "PotentialTracker", "log_next")
-        self.w = w
+        self.w = 0.0 if twist else w
+        self.twist = bool(twist)
 
     def key(self) -> tuple:
-        return ("pgcd", self.tracker._slot, self.potential._slot, self.w)
+        return ("pgcd", self.tracker._slot, self.potential._slot, self.w, self.twist)
 
     def draw(self, runner, rows, lp, g):
         ps = runner.slots[self.potential._slot]
         pst = ps.obj.select(ps.state, torch.from_numpy(rows))
-        if hasattr(ps.obj, "proposal_logprobs"):
+        if hasattr(ps.obj, "proposal_logprobs") and not self.twist:
             lq = ps.obj.proposal_logprobs(lp, pst, self.w).double()
         elif (ln := ps.obj.log_next(pst, None)) is not None:
             lq = lp + (1.0 - (self.w or 0.0)) * ln.double()

@@ -133,7 +133,7 @@ class _Rows:
         return _Rows([self.rows[int(i)] for i in idx.tolist()])
 
 
-@pytest.mark.parametrize("proposal", ["gcd", "pgcd", "lm"])
+@pytest.mark.parametrize("proposal", ["gcd", "pgcd", "twist", "lm"])
 def test_program_reproduces_smc_generic_potential(proposal):
     ex = random_toy(3, num_tokens=3, max_len=3)
     pot = _TablePotential(4, 3, seed=7)
@@ -142,7 +142,7 @@ def test_program_reproduces_smc_generic_potential(proposal):
 
 
 @pytest.mark.parametrize("pattern,N", [(r"(a|b)+b", 4), (r"a{3}b", 3)])
-@pytest.mark.parametrize("proposal", ["pgcd", "gcd", "lcd", "lm", "awrs"])
+@pytest.mark.parametrize("proposal", ["pgcd", "twist", "gcd", "lcd", "lm", "awrs"])
 def test_program_reproduces_smc_pgcd(pattern, N, proposal):
     """The real P-GCD (random HMM × regex automaton) as proposal and as twist; with
     ``a{3}b`` at N = 3 the budget-blind proposals kill particles through the potential."""
