@@ -179,18 +179,14 @@ def write_report(res: dict) -> None:
             c["zhat_rsd"] = _rsd(c)
         md.append("The same test on the relative s.d. of Ẑ (no floor: 0 for an exact sampler): "
                   + _fmt_goal(goal_summary(rows, Ms, metric="zhat_rsd"), "pgcd+pot") + ".  ")
-        if any(c["method"] == "twist+pot" for c in rows):
-            md.append("Twist proposal + P-GCD potential vs GCD — ensemble TV: "
-                      + _fmt_goal(goal_summary(rows, Ms, "twist+pot"), "twist+pot")
-                      + "; relative s.d. of Ẑ: "
-                      + _fmt_goal(goal_summary(rows, Ms, "twist+pot", metric="zhat_rsd"),
-                                  "twist+pot") + ".  ")
-        if any(c["method"] == "twist+exact" for c in rows):
-            md.append("Twist proposal + exact look-ahead (oracle) — ensemble TV: "
-                      + _fmt_goal(goal_summary(rows, Ms, "twist+exact"), "twist+exact")
-                      + "; relative s.d. of Ẑ: "
-                      + _fmt_goal(goal_summary(rows, Ms, "twist+exact", metric="zhat_rsd"),
-                                  "twist+exact") + ".  ")
+        for fast, title in (("twist+pot", "Twist proposal + P-GCD potential vs GCD"),
+                            ("twist+exact", "Twist proposal + exact look-ahead (oracle)")):
+            if any(c["method"] == fast for c in rows):
+                md.append(f"{title} — ensemble TV: "
+                          + _fmt_goal(goal_summary(rows, Ms, fast), fast)
+                          + "; relative s.d. of Ẑ: "
+                          + _fmt_goal(goal_summary(rows, Ms, fast, metric="zhat_rsd"), fast)
+                          + ".  ")
         if any(c["method"] == "pgcd+pot/lm-shaped" for c in rows):
             md.append("With the LM-shaped HMM: "
                       + _fmt_goal(goal_summary(rows, Ms, "pgcd+pot/lm-shaped"),
