@@ -14,6 +14,15 @@ tractable's compile time includes its mask engine's set-up (distances, per-state
 Engines are interleaved walk by walk (noise hits all alike), all in ONE process, the order
 rotated each walk; ``torch.set_num_threads(1)``; ``gc`` disabled inside walks.
 
+*Mask + apply* (the processor's path, issue 21): after each fill, each engine applies its mask
+to float32 logits [B, V] (refilled outside the timing) with its own CPU apply: tractable
+``tractable.decode.processor.apply_token_bitmask`` (what ``gcd_logits_processor`` and the vLLM
+adapter call; returns a new tensor), xgrammar ``apply_token_bitmask_inplace``, llguidance
+``llguidance.torch.apply_token_bitmask_inplace`` and outlines-core
+``outlines_core.kernels.torch.apply_token_bitmask_inplace`` (both ``torch.compile``'d: their
+first call, which compiles, is made before the walks and reported apart as "first apply").
+A step's mask + apply is its fill plus its apply.
+
 * tractable GCD: ``A.allowed_packed(st, remaining, "gcd", out=buf)`` with the tight budget
   n = len(walk) + 1 (EOS included), so remaining = n − t at step t — every walked token must
   survive the budget cut;  tractable LCD: the same call with ``mode="lcd"``;
@@ -170,6 +179,11 @@ class Tractable:
     def bit(self, tok: int) -> bool:
         return bool((int(self.buf[0, tok >> 5]) >> (tok & 31)) & 1)
 
+    def apply(self, logits: torch.Tensor) -> None:
+        from tractable.decode.processor import apply_token_bitmask
+
+        apply_token_bitmask(logits, self.buf)
+
     def prepare(self, tokens: list[int]) -> None:
         """Build the token-id tensors of a walk before it is timed (bench overhead)."""
         for tok in tokens:
@@ -217,6 +231,9 @@ class XGrammar:
     def bit(self, tok):
         return bool((int(self.buf[0, tok >> 5]) >> (tok & 31)) & 1)
 
+    def apply(self, logits):
+        self.xgr.apply_token_bitmask_inplace(logits, self.buf)
+
     def advance(self, tok):
         for m in self.ms:
             assert m.accept_token(tok)
@@ -251,6 +268,11 @@ class OutlinesCore:
 
     def bit(self, tok):
         return bool((int(self.buf[0, tok >> 5]) >> (tok & 31)) & 1)
+
+    def apply(self, logits):
+        from outlines_core.kernels.torch import apply_token_bitmask_inplace
+
+        apply_token_bitmask_inplace(logits, self.buf)
 
     def advance(self, tok):
         for g in self.gs:
@@ -296,6 +318,9 @@ class LLGuidance:
     def bit(self, tok):
         return bool((int(self.buf[0, tok >> 5]) >> (tok & 31)) & 1)
 
+    def apply(self, logits):
+        self.lt.apply_token_bitmask_inplace(logits, self.buf)
+
     def advance(self, tok):
         for m in self.ms:
             assert m.consume_token(tok), m.get_error()
@@ -304,13 +329,16 @@ class LLGuidance:
 # ---------------------------------------------------------------------------- harness
 
 
-def walk(eng, tokens: list[int], eos: int, B: int) -> tuple[list[int], list[int]]:
-    """One walk: (mask-fill ns per step incl. the EOS step, advance ns per token)."""
+def walk(eng, tokens: list[int], eos: int, B: int,
+         logits: torch.Tensor | None = None) -> tuple[list[int], list[int], list[int]]:
+    """One walk: (mask-fill ns per step incl. the EOS step, advance ns per token, apply ns per
+    step: the engine's apply of its mask to a copy of ``logits`` [B, V], empty without it)."""
     n = len(tokens) + 1
     eng.new(B, n)
     if hasattr(eng, "prepare"):
         eng.prepare(tokens)
-    fills, advs = [], []
+    fills, advs, applies = [], [], []
+    scratch = None if logits is None else logits.clone()
     clock = time.perf_counter_ns
     gc.disable()
     try:
@@ -321,6 +349,11 @@ def walk(eng, tokens: list[int], eos: int, B: int) -> tuple[list[int], list[int]
             fills.append(t1 - t0)
             if not eng.bit(tok):
                 raise AssertionError(f"{type(eng).__name__}: token {tok} not allowed at step {t}")
+            if scratch is not None:
+                scratch.copy_(logits)  # the in-place applies wrote -inf last step
+                t0 = clock()
+                eng.apply(scratch)
+                applies.append(clock() - t0)
             if tok == eos:
                 break
             t0 = clock()
@@ -328,7 +361,12 @@ def walk(eng, tokens: list[int], eos: int, B: int) -> tuple[list[int], list[int]
             advs.append(clock() - t0)
     finally:
         gc.enable()
-    return fills, advs
+    return fills, advs, applies
+
+
+def _with_apply(fills: list[int], applies: list[int]) -> list[int]:
+    """Per step: mask fill + apply (ns)."""
+    return [f + a for f, a in zip(fills, applies)]
 
 
 def run(args) -> dict:
@@ -359,6 +397,20 @@ def run(args) -> dict:
             elif e == "llguidance":
                 engines[e] = LLGuidance(hf, V, eos)
             print(f"[{vname}] {e} setup {1e3 * (time.perf_counter() - t0):.0f} ms", flush=True)
+        gen = torch.Generator().manual_seed(0)
+        logits_of = {B: torch.randn(B, V, generator=gen) for B in args.batches}
+        first_apply_ms = {}
+        for e, eng in engines.items():
+            eng.compile(args.patterns[0])
+        for B in args.batches:  # torch.compile'd applies compile on their first call
+            for e, eng in engines.items():
+                eng.new(B, 2)
+                x = logits_of[B].clone()
+                t0 = time.perf_counter()
+                eng.apply(x)
+                first_apply_ms[(e, B)] = (time.perf_counter() - t0) * 1e3
+                print(f"[{vname}] {e} B={B} first apply {first_apply_ms[(e, B)]:.1f} ms",
+                      flush=True)
         for pname in args.patterns:
             regex, text = PATTERNS[pname]
             tokens = raw.encode(text, add_special_tokens=False).ids
@@ -367,8 +419,8 @@ def run(args) -> dict:
             assert raw.decode(novel) == NOVEL[pname]
             compile_ms = {e: eng.compile(pname) for e, eng in engines.items()}
             for B in args.batches:
-                data = {e: {"cold": [], "warm": [], "adv": [], "adv_cold": [], "novel": []}
-                        for e in engines}
+                data = {e: {"cold": [], "warm": [], "adv": [], "adv_cold": [], "novel": [],
+                            "apply": [], "cold_apply": [], "novel_apply": []} for e in engines}
                 names = list(engines)
                 for w in range(args.walks):
                     # rotate the engine order each walk: the engine right after another one's
@@ -378,11 +430,17 @@ def run(args) -> dict:
                         eng = engines[e]
                         if w == 0 and e in ("tractable_gcd", "tractable_lcd") and B == 1:
                             eng.compile(pname)  # cold = empty caches (fresh automaton)
-                        fills, advs = walk(eng, tokens, eos, B)
+                        fills, advs, applies = walk(eng, tokens, eos, B, logits_of[B])
                         data[e]["cold" if w == 0 else "warm"].extend(fills)
                         data[e]["adv" if w > 0 else "adv_cold"].extend(advs)
+                        if w == 0:
+                            data[e]["cold_apply"].extend(_with_apply(fills, applies))
+                        else:
+                            data[e]["apply"].extend(applies)
                 for e in names[::-1]:  # the novel path, once, after the warm walks
-                    data[e]["novel"].extend(walk(engines[e], novel, eos, B)[0])
+                    fills, _, applies = walk(engines[e], novel, eos, B, logits_of[B])
+                    data[e]["novel"].extend(fills)
+                    data[e]["novel_apply"].extend(_with_apply(fills, applies))
                 for e in engines:
                     cell = {
                         "vocab": vname, "pattern": pname, "engine": e, "batch": B,
@@ -392,6 +450,13 @@ def run(args) -> dict:
                         "advance": H.median_p90_us(data[e]["adv"], 1e-3),
                         "advance_cold": H.median_p90_us(data[e]["adv_cold"], 1e-3),
                         "novel": H.median_p90_us(data[e]["novel"], 1e-3),
+                        "apply": H.median_p90_us(data[e]["apply"], 1e-3),
+                        "cold_mask_apply": H.median_p90_us(data[e]["cold_apply"], 1e-3),
+                        "novel_mask_apply": H.median_p90_us(data[e]["novel_apply"], 1e-3),
+                        "first_apply_ms": first_apply_ms[(e, B)],
+                        "samples_apply_ns": data[e]["apply"],
+                        "samples_cold_mask_apply_ns": data[e]["cold_apply"],
+                        "samples_novel_mask_apply_ns": data[e]["novel_apply"],
                         "samples_novel_ns": data[e]["novel"],
                         "samples_warm_ns": data[e]["warm"], "samples_cold_ns": data[e]["cold"],
                     }
@@ -514,6 +579,52 @@ def write_markdown(res: dict, path: Path) -> None:
                     row.append("–" if c is None or "novel" not in c else med_p90(c["novel"]))
                 row += ratios(part(get(v, p, "tractable_gcd", B), "novel"),
                               part(get(v, p, "xgrammar", B), "novel"))
+                lines.append("| " + " | ".join(row) + " |")
+    peers = [e for e in es if not e.startswith("tractable")]
+
+    def best_peer(v, p, B, key) -> list[str]:
+        """tractable GCD / the best peer (smallest median; smallest p90), median and p90."""
+        g = part(get(v, p, "tractable_gcd", B), key)
+        xs = [part(get(v, p, e, B), key) for e in peers]
+        xs = [x for x in xs if x]
+        if not (g and xs):
+            return ["–", "–"]
+        bm = min(x["median_us"] for x in xs)
+        b9 = min(x["p90_us"] for x in xs)
+        return [f"{g['median_us'] / bm:.2f}", f"{g['p90_us'] / b9:.2f}"]
+
+    if any("cold_mask_apply" in c for c in cells):
+        for key, what in (("cold_mask_apply", "cold walk (first walk after compile)"),
+                          ("novel_mask_apply", "novel path")):
+            for B in Bs:
+                lines += ["", f"## Mask + apply (the processor's path), {what}, batch {B}, "
+                          "µs per step median / p90", "",
+                          "| vocab | pattern | " + " | ".join(es)
+                          + " | GCD / best peer median | GCD / best peer p90 |",
+                          "|---|---|" + "---|" * len(es) + "---|---|"]
+                for v in vs:
+                    for p in ps:
+                        row = [v, p]
+                        for e in es:
+                            c = get(v, p, e, B)
+                            row.append("–" if c is None or key not in c else med_p90(c[key]))
+                        row += best_peer(v, p, B, key)
+                        lines.append("| " + " | ".join(row) + " |")
+        lines += ["", "## Apply alone (warm walks), µs per step median / p90; first call ms "
+                  "(a torch.compile'd apply compiles then)", "",
+                  "| vocab | batch | " + " | ".join(es) + " |", "|---|---|" + "---|" * len(es)]
+        for v in vs:
+            for B in Bs:
+                row = [v, str(B)]
+                for e in es:
+                    cs = [c for c in cells if (c["vocab"], c["engine"], c["batch"]) == (v, e, B)
+                          and "apply" in c]
+                    if not cs:
+                        row.append("–")
+                        continue
+                    allx = [x for c in cs for x in c["samples_apply_ns"]]
+                    st = H.median_p90_us(allx, 1e-3)
+                    row.append(f"{med_p90(st)}; first {fmt(cs[0]['first_apply_ms'])} ms")
                 lines.append("| " + " | ".join(row) + " |")
     advance_tables = [
         ("## Advance (accept one token), batch 1, warm median µs",

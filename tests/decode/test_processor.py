@@ -382,6 +382,33 @@ def test_apply_token_bitmask_matches_reference():
             got = apply_token_bitmask(scores.to(dt), packed)
             assert got.dtype == dt
             assert torch.equal(got, ref.to(dt))
+            assert torch.equal(scores, scores.clone())  # not mutated
+
+
+def test_apply_token_bitmask_special_values():
+    """Allowed scores are copied bit for bit (-0.0, +-inf, huge and tiny values), disallowed
+    ones are -inf whatever they were (NaN included); rows of a batch keep their own masks;
+    strided (non-contiguous) scores are read as they are."""
+    V = 70
+    vals = torch.tensor([-0.0, 0.0, float("inf"), float("-inf"), 3.4e38, -3.4e38, 1e-45, -7.5])
+    for dt in (torch.float32, torch.float64):
+        base = vals.to(dt).repeat(V // len(vals) + 1)[:V]
+        scores = torch.stack([base, base.flip(0), base]).to(dt)
+        allowed = torch.zeros(3, V, dtype=torch.bool)
+        allowed[0, ::2] = True
+        allowed[1, 1::3] = True  # row 2: nothing allowed
+        got = apply_token_bitmask(scores, pack_bits(allowed))
+        assert torch.equal(got[allowed].view(torch.int64 if dt == torch.float64 else torch.int32),
+                           scores[allowed].view(torch.int64 if dt == torch.float64
+                                                else torch.int32))  # -0.0 stays -0.0
+        assert (got[~allowed] == float("-inf")).all()
+        nan = scores.clone()
+        nan[:, 5] = float("nan")
+        got = apply_token_bitmask(nan, pack_bits(allowed))
+        assert got[1, 5] == float("-inf") and got[2, 5] == float("-inf")  # disallowed NaN
+        wide = torch.randn(3, 2 * V, dtype=dt)[:, ::2]  # strided view
+        ref = wide.masked_fill(~allowed, float("-inf"))
+        assert torch.equal(apply_token_bitmask(wide, pack_bits(allowed)), ref)
 
 
 def test_processor_class_and_import_is_lazy():
