@@ -8,7 +8,9 @@ prefix rows of all states are built when the engine is made if they fit in
 ``_EAGER_PREFIX_BYTES`` (so a first walk after compile unions ready rows; measured: 10 MB for
 bench/'s 345-state json_object regex at 128k ids), else per state on first use.  Used by
 :class:`~.masks.MaskEngine`, which calls :meth:`~PrefixRows.fill` / ``union_into`` under its
-lock (this class takes none).
+lock (this class takes none).  An accepting state's prefix rows include the EOS ids (given
+``final`` and ``eos_row``): the mask of a one-member accepting set is then a ready row too
+(measured: the cold EOS step of bench/'s walks took 16-20 us to OR a table row).
 """
 
 from __future__ import annotations
@@ -39,14 +41,19 @@ class PrefixRows:
     """
 
     def __init__(self, S: int, W: int, out_ptr: np.ndarray, out_edge: np.ndarray,
-                 dst: np.ndarray, label: np.ndarray, labels: np.ndarray, dist: np.ndarray):
+                 dst: np.ndarray, label: np.ndarray, labels: np.ndarray, dist: np.ndarray,
+                 *, final: np.ndarray | None = None, eos_row: np.ndarray | None = None):
         """Index the (state, level) pairs of the CSR out-edges (``out_ptr`` int64 [S + 1],
         ``out_edge`` edge ids grouped by source; ``dst``/``label`` per edge; ``labels`` int32
         [L, W] label rows; ``dist`` int64 [S] distances to acceptance): one lexsort over the
         edges; ``pair_labels`` holds the edges' label ids sorted by (source, level) and
         ``pair_edge_hi`` each pair's end in it.  Fills every state's rows when they fit in
-        ``_EAGER_PREFIX_BYTES``.  Nothing passed in is mutated."""
+        ``_EAGER_PREFIX_BYTES``.  ``final`` (bool-like [S]) and ``eos_row`` (int32 [W]): the
+        rows of accepting states are OR-ed with ``eos_row`` (None: never).  Nothing passed in
+        is mutated."""
         self.S, self.W = S, W
+        self._final = final if eos_row is not None else None
+        self._eos_row = eos_row
         self.out_ptr, self.labels = out_ptr, labels
         deg = np.diff(out_ptr)
         srcs = np.repeat(np.arange(S, dtype=np.int64), deg)
@@ -90,6 +97,8 @@ class PrefixRows:
             np.bitwise_or.reduceat(self.labels[labs], self._pair_start[a:b] - lo, axis=0,
                                    out=out)
             np.bitwise_or.accumulate(out, axis=0, out=out)
+        if self._final is not None and self._final[s]:
+            np.bitwise_or(out, self._eos_row, out=out)
         # (a label row is never empty in a built or loaded automaton; one made by hand may be)
         self.live[s] = (np.count_nonzero(out, axis=1) > 0).tolist()
         self.rows[s] = out

@@ -71,7 +71,8 @@ rows of every (state, distance level) are built once (:mod:`.mask_rows`: for all
 engine is made if they fit in 16 MiB, else per state on first use).  The mask of a one-member
 set (every set of a DFA-like automaton) *is* its member's prefix row: a first-time mask is a
 bisect over the member's levels and a dict entry, without the lock and without copying the row
-(OR-ed with the EOS row when the member is accepting, it takes a table row as below).  The mask
+(an accepting state's prefix rows include the EOS ids; below its first level its mask is the
+EOS row).  The mask
 of a larger set X is the OR of its members' prefix rows, written straight into the next row of
 one contiguous int32 table.  Masks are cached per (interned set, r) and per (set, clamped
 threshold) (state sets repeat across steps and requests: DFA-like lazy caching of the sets
@@ -213,7 +214,8 @@ class MaskEngine:
         self.max_table_bytes = _MAX_MASK_TABLE_BYTES
         self._lock = threading.RLock()
         self.prefix = PrefixRows(self.S, self.W, self.out_ptr, self.out_edge, self.dst,
-                                 self.label, self.labels, self.dist)
+                                 self.label, self.labels, self.dist, final=self.final,
+                                 eos_row=self.eos_row if self.eos else None)
         # per-state facts (a singleton set, the common case of DFA-like automata, is interned
         # from these without array work): out-edges as views of the CSR order, the smallest /
         # largest destination distance, final flags and distances as Python lists
@@ -416,18 +418,23 @@ class MaskEngine:
         one-member set whose mask is its member's ready prefix row: no table row is written,
         so a lookup and a dict entry suffice; a race stores the same row twice)."""
         s = self.set_single[sid]
-        if s >= 0 and not (self.eos and self._state_final[s]):
+        if s >= 0:
             pr = self.prefix
             rows = pr.rows[s]
-            if rows is not None:
-                a, b = pr.pair_ptr_list[s], pr.pair_ptr_list[s + 1]
+            a, b = pr.pair_ptr_list[s], pr.pair_ptr_list[s + 1]
+            if rows is not None or a == b:  # ready rows, or no out-edges at all
                 if r is None:
                     j = b - 1 - a
                 elif r <= 0:
                     j = -1
                 else:
                     j = bisect_right(pr.pair_level_list, r - 1, a, b) - 1 - a
-                row = rows[j] if j >= 0 and pr.live[s][j] else self.zero_row
+                if j >= 0 and pr.live[s][j]:
+                    row = rows[j]  # an accepting member's rows include the EOS ids
+                elif self.eos and self._state_final[s] and (r is None or r >= 1):
+                    row = self.eos_row
+                else:
+                    row = self.zero_row
                 fast = self.tab.fast
                 if len(fast) >= _MAX_TRANSITIONS:
                     fast.clear()

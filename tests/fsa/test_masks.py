@@ -453,18 +453,47 @@ def test_llama3_lcd_allows_what_gcd_cuts(llama3_vocab, llama3_tokenizer):
     assert torch.equal(A.allowed(st, 100)[0], lcd)
 
 
+def test_accepting_one_member_sets_use_their_prefix_rows(gpt2_vocab):
+    """An accepting state's prefix rows carry the EOS ids, so the mask of a one-member accepting
+    set is a ready row (no table row, no lock): along a GCD walk of ``[0-9]{0,40}`` (every
+    state accepting, every set one state) each packed mask equals eq. 4's literal mask,
+    EOS included, at every budget down to 1 (0: nothing), and the table stays empty."""
+    from tractable.fsa import masks as M
+    from tractable.fsa.regex import compile_regex
+
+    A = compile_regex("[0-9]{0,40}", gpt2_vocab)
+    A = TokenAutomaton(**{f: getattr(A, f) for f in A.__dataclass_fields__ if f != "_memo"})
+    eng = M.mask_engine(A)
+    rnd = random.Random(0)
+    st, prefix = A.start(1), []
+    eos = A.eos_token_ids[0]
+    for _ in range(12):
+        lit = eq34_masks_literal(A, st.active[0].numpy(), 40)  # [41, V], row r: budget r
+        for r in (0, 1, 2, 5, 40):
+            got = A.allowed_packed(st, r, on_unsatisfiable="empty")[0]
+            assert torch.equal(got, pack_bits(lit[r][None])[0]), (prefix, r)
+            assert bool(lit[r][eos]) == (r >= 1)
+        assert len(eng.set_members[int(st.set_ids[0])]) == 1
+        text = [t for t in np.flatnonzero(A.allowed(st, 40)[0].numpy()).tolist() if t != eos]
+        t = rnd.choice(text)
+        prefix.append(t)
+        st = A.advance(st, torch.tensor([t]))
+    assert eng.tab.n_rows == 1  # row 0 only: every mask was a state's own prefix row
+
+
 def test_packed_walk_past_64_mask_rows(gpt2_vocab, monkeypatch):
     """Issue 21: the decode-loop fast path read ``eng.table`` before ``mask_row`` grew it, so a
     walk needing its 65th mask row raised IndexError.  Each step's packed mask (into a reused
     buffer) must equal the bool mask, and the walk must end accepted.  (Tables reserve 16 MiB
     up front; a zero reserve brings back the 64-row start, so the table must grow.  A set whose
-    mask is one state's prefix row takes no table row: the walk stays in accepting states,
-    whose rows are ORed with EOS, so that it needs table rows.)"""
+    mask is one state's prefix row takes no table row, accepting states included: the regex is
+    a union of a counter and a loop, so every set along the walk has 2-3 members and its mask
+    is a table row.)"""
     from tractable.fsa import masks as M
     from tractable.fsa.regex import compile_regex
 
     monkeypatch.setattr(M, "_RESERVE_TABLE_BYTES", 0)
-    A = compile_regex("[0-9]{0,400}", gpt2_vocab)  # every state accepting
+    A = compile_regex("[0-9]{0,400}|[0-9]*7", gpt2_vocab)  # sets of 2-3 states
     A._memo.pop("mask_engine", None)  # (compile_regex may cache automata)
     st = A.start(1)
     assert M.mask_engine(A).tab.rows.shape[0] == 64
