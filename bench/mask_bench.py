@@ -34,6 +34,12 @@ A step's mask + apply is its fill plus its apply.
 * llguidance: ``llguidance.torch.fill_next_token_bitmask`` (B = 16: ``fill_next_token_bitmask_par``
   with an ``LLExecutor``) on ``LLMatcher(LLTokenizer, grammar_from_regex(r))``.
 
+Besides the regexes, two JSONSchemaBench schemas (``SCHEMAS``: Glaiveai2K and Github_medium
+records, each with a hand-written valid instance and a novel one), compiled by each engine's JSON
+Schema front end (tractable ``compile_json_schema(canonical=True, strict=True)``, xgrammar
+``compile_json_schema(strict_mode=True, any_whitespace=False, separators=(",", ":"))``, llguidance
+``grammar_from_json_schema``, outlines-core ``build_regex_from_schema`` + ``Index``).
+
 B = 16 walks 16 copies of the same sequence (as peers_cpu.md's batch rows).  The tractable
 automaton comes from ``tractable.fsa.regex.compile_regex`` when that module exists, else from
 the same patterns spelled with the ``fsa.nfa`` combinators (``_fallback_nfa``).
@@ -77,7 +83,51 @@ NOVEL: dict[str, str] = {
     "json_string": r'"tab\there, quote \" and \u00ff done"',
     "json_object": '{"name": "Bob O\'Neil", "age": 7}',
 }
+# JSON Schemas from JSONSchemaBench (``../shared/data/jsonschemabench``; skipped where absent):
+# name -> (subset, record id, walked instance, novel instance).  Every engine compiles the
+# schema with no unlisted properties and compact separators where it has the option (tractable
+# ``canonical=True, strict=True``; xgrammar ``strict_mode=True, any_whitespace=False,
+# separators=(",", ":")``;
+# llguidance and outlines-core their defaults, which also accept compact JSON); the instances
+# are compact, canonical numbers, properties in the schema's order.
+SCHEMAS: dict[str, tuple[str, str, str, str]] = {
+    "schema_health": (
+        "Glaiveai2K", "Glaiveai2K/analyze_health_data_4ad104b4",
+        '{"data":[{"measurement":"heart_rate","timestamp":"2024-03-15T08:30:00Z","value":72.5},'
+        '{"measurement":"blood_pressure","timestamp":"2024-03-15T08:35:00Z","value":120}]}',
+        '{"data":[{"measurement":"steps","timestamp":"2023-12-31T23:59:59Z",'
+        '"value":10432}]}'),
+    "schema_corrections": (
+        "Github_medium", "Github_medium/o1",
+        '{"corrections":[{"primary_key":"abc123","loc":42,"correction_comment":"Fix typo in '
+        'docstring","module":"core-utils","subject":"Typo fix","change_id":'
+        '["I0123456789abcdef0123456789abcdef01234567"],"author_email":"dev@example.com"}]}',
+        '{"corrections":[{"primary_key":"k-9","correction_comment":"Swap args",'
+        '"change_id":null}]}'),
+}
 EOS = {"llama3": "<|end_of_text|>", "qwen3": "<|im_end|>"}
+
+
+def _schema(name: str) -> dict | None:
+    """The JSONSchemaBench schema of case ``name`` (None: the data is not on this machine)."""
+    import json
+
+    sub, rid = SCHEMAS[name][:2]
+    data = H.SHARED / "jsonschemabench"
+    path = data / f"{sub}.jsonl"
+    if not path.exists() and not path.with_suffix(".jsonl.gz").exists():
+        return None
+    from jsonschemabench_coverage import load
+
+    rec = next((r for r in load(sub, data) if r["id"] == rid), None)
+    return None if rec is None else rec["schema"]
+
+
+def case(name: str) -> tuple[str, object, str, str]:
+    """(kind "regex" | "schema", regex or schema dict, walked text, novel text)."""
+    if name in SCHEMAS:
+        return "schema", _schema(name), SCHEMAS[name][2], SCHEMAS[name][3]
+    return "regex", PATTERNS[name][0], PATTERNS[name][1], NOVEL[name]
 ENGINES = ("tractable_gcd", "tractable_lcd", "xgrammar", "outlines_core", "llguidance")
 
 
@@ -135,6 +185,18 @@ def _fallback_nfa(name: str):
 def compile_tractable(name: str, vocab):
     from tractable.fsa.automaton import TokenAutomaton
 
+    if name in SCHEMAS:  # a fresh automaton object: no mask caches from an earlier compile
+        import dataclasses
+
+        from tractable.fsa.json_schema import compile_json_schema
+
+        import warnings
+
+        with warnings.catch_warnings():  # strict=True warns that it generates a subset
+            warnings.simplefilter("ignore")
+            A = compile_json_schema(case(name)[1], vocab, canonical=True, strict=True)
+        return TokenAutomaton(**{f.name: getattr(A, f.name) for f in dataclasses.fields(A)
+                                 if f.name != "_memo"}), "compile_json_schema"
     pattern = PATTERNS[name][0]
     try:
         from tractable.fsa.regex import compile_regex
@@ -212,7 +274,14 @@ class XGrammar:
     def compile(self, name):
         t0 = time.perf_counter()
         comp = self.xgr.GrammarCompiler(self.info, cache_enabled=False, max_threads=1)
-        self.cg = comp.compile_regex(PATTERNS[name][0])
+        kind, spec = case(name)[:2]
+        if kind == "schema":
+            import json
+
+            self.cg = comp.compile_json_schema(json.dumps(spec), any_whitespace=False,
+                                               separators=(",", ":"), strict_mode=True)
+        else:
+            self.cg = comp.compile_regex(spec)
         return (time.perf_counter() - t0) * 1e3
 
     def new(self, B, n):
@@ -253,7 +322,12 @@ class OutlinesCore:
 
     def compile(self, name):
         t0 = time.perf_counter()
-        self.index = self.oc.Index(PATTERNS[name][0], self.vocab)
+        kind, spec = case(name)[:2]
+        if kind == "schema":
+            import json
+
+            spec = self.oc.json_schema.build_regex_from_schema(json.dumps(spec))
+        self.index = self.oc.Index(spec, self.vocab)
         return (time.perf_counter() - t0) * 1e3
 
     def new(self, B, n):
@@ -293,7 +367,10 @@ class LLGuidance:
 
     def compile(self, name):
         t0 = time.perf_counter()
-        self.grammar = self.llg.LLMatcher.grammar_from_regex(PATTERNS[name][0])
+        kind, spec = case(name)[:2]
+        M = self.llg.LLMatcher
+        self.grammar = (M.grammar_from_json_schema(spec) if kind == "schema"
+                        else M.grammar_from_regex(spec))
         self.proto = self.llg.LLMatcher(self.tok, self.grammar)
         return (time.perf_counter() - t0) * 1e3
 
@@ -412,11 +489,14 @@ def run(args) -> dict:
                 print(f"[{vname}] {e} B={B} first apply {first_apply_ms[(e, B)]:.1f} ms",
                       flush=True)
         for pname in args.patterns:
-            regex, text = PATTERNS[pname]
+            kind, spec, text, novel_text = case(pname)
+            if spec is None:
+                print(f"[{vname}] {pname}: JSONSchemaBench data not found, skipped", flush=True)
+                continue
             tokens = raw.encode(text, add_special_tokens=False).ids
             assert raw.decode(tokens) == text
-            novel = raw.encode(NOVEL[pname], add_special_tokens=False).ids
-            assert raw.decode(novel) == NOVEL[pname]
+            novel = raw.encode(novel_text, add_special_tokens=False).ids
+            assert raw.decode(novel) == novel_text
             compile_ms = {e: eng.compile(pname) for e, eng in engines.items()}
             for B in args.batches:
                 data = {e: {"cold": [], "warm": [], "adv": [], "adv_cold": [], "novel": [],
@@ -474,8 +554,10 @@ def run(args) -> dict:
         "versions": H.versions("torch", "numpy", "xgrammar", "outlines_core", "llguidance",
                              "transformers", "tokenizers", "tractable"),
         "walks": args.walks,
-        "novel": {k: NOVEL[k] for k in args.patterns},
-        "patterns": {k: {"regex": PATTERNS[k][0], "walk": PATTERNS[k][1]} for k in args.patterns},
+        "novel": {k: case(k)[3] for k in args.patterns},
+        "patterns": {k: ({"regex": PATTERNS[k][0]} if k in PATTERNS else
+                         {"schema": "/".join(SCHEMAS[k][:2])}) | {"walk": case(k)[2]}
+                     for k in args.patterns},
         "cells": cells,
     }
 
@@ -537,7 +619,8 @@ def write_markdown(res: dict, path: Path) -> None:
         "",
     ]
     for k, v in res["patterns"].items():
-        lines.append(f"- `{k}`: `{v['regex']}` walking `{v['walk']}`")
+        what = f"`{v['regex']}`" if "regex" in v else f"JSONSchemaBench `{v['schema']}`"
+        lines.append(f"- `{k}`: {what} walking `{v['walk']}`")
     for B in Bs:
         lines += table(f"## Batch {B}: warm mask fill, µs per step (median / p90)", steps=True)
         for v in vs:
@@ -656,7 +739,7 @@ def write_markdown(res: dict, path: Path) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vocabs", nargs="+", default=["llama3", "qwen3"])
-    ap.add_argument("--patterns", nargs="+", default=list(PATTERNS))
+    ap.add_argument("--patterns", nargs="+", default=[*PATTERNS, *SCHEMAS])
     ap.add_argument("--engines", nargs="+", default=list(ENGINES))
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 16])
     ap.add_argument("--walks", type=int, default=10)
