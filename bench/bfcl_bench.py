@@ -13,7 +13,9 @@ question; SMC returns the sample drawn from its weighted ensemble):
 * ``pgcd+smc k`` — SMC with the P-GCD proposal and potential (needs ``--hmm DIR`` with a distilled
   HMM; skipped otherwise);
 * ``pgcd-prop k`` — SMC with the P-GCD proposal and no potential (plain importance weights
-  p_lm / q; ``--pgcd-prop-ks``, same HMM).
+  p_lm / q; ``--pgcd-prop-ks``, same HMM);
+* ``twist+smc k`` — SMC with the twist proposal q ∝ p_lm·φ over the GCD mask and the P-GCD
+  potential φ (``SMC(proposal="twist")``; ``--pgcd-ks``, same HMM).
 
     OMP_NUM_THREADS=1 python bench/bfcl_bench.py --questions 20 --budget-slack 4 --ks 1 4 16 \
         --pgcd-ks 4 16 --hmm .cache/hmm/smollm2_n1024_t128
@@ -26,6 +28,9 @@ Accuracy vs particles (issue 20; two processes, one per core, merged by ``--also
     OMP_NUM_THREADS=1 python bench/bfcl_bench.py --questions 60 --budget-slack 10 \
         --methods pgcd-prop pgcd+smc --pgcd-prop-ks 1 2 4 8 --pgcd-ks 4 8 \
         --hmm .cache/hmm/bfcl_task_h256 --out bench/results/bfcl_accuracy_pgcd
+    OMP_NUM_THREADS=1 python bench/bfcl_bench.py --questions 60 --budget-slack 10 \
+        --methods twist+smc --pgcd-ks 4 8 --hmm .cache/hmm/bfcl_task_h256 \
+        --out bench/results/bfcl_accuracy_twist
     python bench/bfcl_bench.py --out bench/results/bfcl_accuracy --report-only
 
 Budget: the shortest accepted output (in tokens) + ``--budget-slack``.  Besides validity and
@@ -216,7 +221,7 @@ def main() -> None:
     meta = run_meta(
         "bfcl_bench.py", args, budget_slack=args.budget_slack, skipped=skipped, also=list(args.also)
     )
-    if hmm is None and "pgcd+smc" in args.methods:
+    if hmm is None and ("pgcd+smc" in args.methods or "twist+smc" in args.methods):
         meta["pgcd_note"] = "P-GCD+SMC: not run (no distilled HMM given; pass `--hmm DIR`)."
     elif hmm is not None:
         meta["pgcd_note"] = (
@@ -258,6 +263,8 @@ def main() -> None:
                 plan += [(f"awrs-smc k={k}", "awrs", k, 0.5, None) for k in args.awrs_k]
             elif m == "pgcd+smc" and hmm is not None:
                 plan += [(f"pgcd+smc k={k}", "pgcd", k, 0.5, "pgcd") for k in args.pgcd_ks]
+            elif m == "twist+smc" and hmm is not None:
+                plan += [(f"twist+smc k={k}", "twist", k, 0.5, "pgcd") for k in args.pgcd_ks]
             elif m == "pgcd-prop" and hmm is not None:
                 plan += [(f"pgcd-prop k={k}", "pgcd", k, 0.5, "prop") for k in args.pgcd_prop_ks]
         for name, prop, k, tau, pot in plan:
@@ -421,6 +428,7 @@ FAMILIES = {  # family -> (row-name prefix, fallback row names for M = 1 and 2)
     "gcd+smc": ("gcd+smc k=", {1: "gcd"}),
     "pgcd+smc (proposal + potential)": ("pgcd+smc k=", {1: "pgcd-prop k=1", 2: "pgcd-prop k=2"}),
     "pgcd-prop (proposal, no potential)": ("pgcd-prop k=", {}),
+    "twist+smc (q ∝ p_lm·φ, P-GCD potential)": ("twist+smc k=", {}),
     "awrs-smc": ("awrs-smc k=", {}),
 }
 
@@ -522,9 +530,12 @@ def accuracy_section(rows: list[dict], out: Path) -> list[str]:
             x = x[np.isfinite(x)]
             vals[m] = f"{x.mean():.2f}" if x.size else "—"
         lines.append(f"| {f} | " + " | ".join(vals.get(m, "—") for m in Ms) + " |")
-    pg = fams.get("pgcd+smc (proposal + potential)", {}).get(4)
     gc = fams.get("gcd+smc", {}).get(8)
-    if pg and gc:
+    for fam, label in (("pgcd+smc (proposal + potential)", "P-GCD-SMC"),
+                       ("twist+smc (q ∝ p_lm·φ, P-GCD potential)", "Twist-SMC (P-GCD potential)")):
+        pg = fams.get(fam, {}).get(4)
+        if not (pg and gc):
+            continue
         k, a, b, d, se, ao, bo = _paired(sub(by[pg]), sub(by[gc]))
         met = "goal met" if a >= b else "goal not met"
         sig = (
@@ -534,9 +545,9 @@ def accuracy_section(rows: list[dict], out: Path) -> list[str]:
         )
         lines += [
             "",
-            f"**P-GCD-SMC accuracy at M=4 vs GCD-SMC at M=8: {a:.1%} vs {b:.1%} "
+            f"**{label} accuracy at M=4 vs GCD-SMC at M=8: {a:.1%} vs {b:.1%} "
             f"({k} paired questions) — {met}.**  Paired difference {d:+.1%} ± {se:.1%} "
-            f"(standard error of the mean per-question difference); P-GCD right and GCD "
+            f"(standard error of the mean per-question difference); {label} right and GCD "
             f"wrong on {ao}, the reverse on {bo}: {sig}.",
         ]
     others = [
@@ -544,6 +555,7 @@ def accuracy_section(rows: list[dict], out: Path) -> list[str]:
         for x, y in (
             ("pgcd-prop (proposal, no potential)", "gcd+smc"),
             ("pgcd+smc (proposal + potential)", "gcd+smc"),
+            ("twist+smc (q ∝ p_lm·φ, P-GCD potential)", "gcd+smc"),
             ("awrs-smc", "gcd+smc"),
         )
         if x in fams and y in fams
