@@ -110,7 +110,6 @@ EOS = {"llama3": "<|end_of_text|>", "qwen3": "<|im_end|>"}
 
 def _schema(name: str) -> dict | None:
     """The JSONSchemaBench schema of case ``name`` (None: the data is not on this machine)."""
-    import json
 
     sub, rid = SCHEMAS[name][:2]
     data = H.SHARED / "jsonschemabench"
@@ -187,10 +186,9 @@ def compile_tractable(name: str, vocab):
 
     if name in SCHEMAS:  # a fresh automaton object: no mask caches from an earlier compile
         import dataclasses
+        import warnings
 
         from tractable.fsa.json_schema import compile_json_schema
-
-        import warnings
 
         with warnings.catch_warnings():  # strict=True warns that it generates a subset
             warnings.simplefilter("ignore")
@@ -477,7 +475,7 @@ def run(args) -> dict:
         gen = torch.Generator().manual_seed(0)
         logits_of = {B: torch.randn(B, V, generator=gen) for B in args.batches}
         first_apply_ms = {}
-        for e, eng in engines.items():
+        for eng in engines.values():
             eng.compile(args.patterns[0])
         for B in args.batches:  # torch.compile'd applies compile on their first call
             for e, eng in engines.items():
