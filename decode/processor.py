@@ -122,11 +122,16 @@ def apply_token_bitmask(scores: torch.Tensor, packed: torch.Tensor) -> torch.Ten
         p = packed.to("cpu").contiguous().numpy().view(np.uint8)  # [B, 4W] little-endian words
         bound = np.take(table, p, axis=0).reshape(B, -1)  # [B, 32W]
         src = scores.detach().numpy()
-        if bound.shape[1] == V:
+        n = bound.shape[1]
+        if n == V:
             np.fmin(src, bound, out=bound)
             return torch.from_numpy(bound)
-        out = np.empty((B, V), dtype=table.dtype)
-        np.fmin(src, bound[:, :V], out=out)
+        if n > V:
+            out = np.empty((B, V), dtype=table.dtype)
+            np.fmin(src, bound[:, :V], out=out)
+        else:  # a mask narrower than the scores: the ids past it are not allowed
+            out = np.full((B, V), -np.inf, dtype=table.dtype)
+            np.fmin(src[:, :n], bound, out=out[:, :n])
         return torch.from_numpy(out)
     allowed = unpack_token_bitmask(packed.to(scores.device), V)
     return torch.where(allowed, scores, torch.full((), float("-inf"), dtype=scores.dtype,

@@ -406,6 +406,9 @@ def test_apply_token_bitmask_special_values():
         nan[:, 5] = float("nan")
         got = apply_token_bitmask(nan, pack_bits(allowed))
         assert got[1, 5] == float("-inf") and got[2, 5] == float("-inf")  # disallowed NaN
+        narrow = apply_token_bitmask(torch.zeros(3, 100, dtype=dt), pack_bits(allowed))
+        assert torch.equal(torch.isfinite(narrow[:, :V]), allowed)  # ids past the mask: -inf
+        assert (narrow[:, 96:] == float("-inf")).all()  # (the mask's 3 words cover 96 ids)
         wide = torch.randn(3, 2 * V, dtype=dt)[:, ::2]  # strided view
         ref = wide.masked_fill(~allowed, float("-inf"))
         assert torch.equal(apply_token_bitmask(wide, pack_bits(allowed)), ref)
