@@ -66,22 +66,21 @@ int64 vector computed once by backward BFS (:func:`distance_to_accept`), and the
 Fast masks
 ----------
 For a state s, sort its out-edges by the distance of their destination.  The GCD mask of {s} for
-threshold d = r − 1 is the OR of the packed label rows of a *prefix* of that list; the prefix
-rows of every (state, distance level) are built once (:mod:`.mask_rows`: for all states when the
-engine is made if they fit in 16 MiB, else per state on first use).  The mask of a one-member
-set (every set of a DFA-like automaton) *is* its member's prefix row: a first-time mask is a
-bisect over the member's levels and a dict entry, without the lock and without copying the row
-(an accepting state's prefix rows include the EOS ids; below its first level its mask is the
-EOS row).  The mask
-of a larger set X is the OR of its members' prefix rows, written straight into the next row of
-one contiguous int32 table.  Masks are cached per (interned set, r) and per (set, clamped
-threshold) (state sets repeat across steps and requests: DFA-like lazy caching of the sets
-actually visited; the automaton is never determinized).  Tables reserve 16 MiB of rows up front
-(calloc'd: pages are mapped as rows are written; the first 64 rows are touched at set-up), so
-they seldom grow.  A warm mask is then a dict lookup and a row copy.  LCD is the same union with
-no threshold.  Advance is cached per (set, token); a first-time advance into a one-member set
-reads that state's facts (out-edges, distances, final flag), precomputed per state when the
-engine is made, instead of array work over the set.
+threshold d = r − 1 is the OR of the packed label rows of a *prefix* of that list; the prefix rows
+of every (state, distance level) are built once (:mod:`.mask_rows`: for all states when the engine
+is made if they fit in 16 MiB, else per state on first use).  The mask of a one-member set (every
+set of a DFA-like automaton) *is* its member's prefix row: a first-time mask is a bisect over the
+member's levels and a dict entry, without the lock and without copying the row (an accepting state's
+prefix rows include the EOS ids; below its first level its mask is the EOS row).  The mask of a
+larger set X is the OR of its members' prefix rows, written straight into the next row of one
+contiguous int32 table.  Masks are cached per (interned set, r) and per (set, clamped threshold)
+(state sets repeat across steps and requests: DFA-like lazy caching of the sets actually visited;
+the automaton is never determinized).  Tables reserve 16 MiB of rows up front (calloc'd: pages are
+mapped as rows are written; the first 64 rows are touched at set-up), so they seldom grow.  A warm
+mask is then a dict lookup and a row copy.  LCD is the same union with no threshold.  Advance is
+cached per (set, token); a first-time advance into a one-member set reads that state's facts
+(out-edges, distances, final flag), precomputed per state when the engine is made, instead of array
+work over the set.
 On CUDA automata the batched Triton kernel (:mod:`tractable.kernels.token_mask`) computes the masks.
 
 Threads
