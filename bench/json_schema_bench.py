@@ -10,7 +10,8 @@ differ:
   ``additionalProperties`` is unspecified, with keys different from the listed names), compact
   JSON: ``tractable`` (``compile_json_schema(schema, vocab, canonical=True)``, the canonical
   serialization of each instance) vs ``xgrammar_nonstrict``
-  (``compile_json_schema(schema, any_whitespace=False, strict_mode=False)``);
+  (``compile_json_schema(schema, any_whitespace=False, separators=(",", ":"),
+  strict_mode=False)``; without ``separators`` xgrammar writes ``", "`` and ``": "``);
 * **every** — Draft 2020-12 semantics, many serializations: ``tractable_every``
   (``compile_json_schema(schema, vocab, canonical=False)``: every RFC 8259 serialization — any
   whitespace, every number spelling, every string escape) vs ``xgrammar_any_ws``
@@ -22,8 +23,9 @@ differ:
   lazily, at mask time);
 * **strict** — unlisted properties are never generated: ``tractable_strict``
   (``compile_json_schema(schema, vocab, strict=True)``) vs ``xgrammar`` (its default
-  ``strict_mode=True``) and ``outlines_core`` (``Index(build_regex_from_schema(schema), ...)``,
-  whose regexes never allow unlisted properties).
+  ``strict_mode=True``, ``any_whitespace=False``, compact separators) and ``outlines_core``
+  (``Index(build_regex_from_schema(schema), ...)``, whose regexes never allow unlisted
+  properties).
 
 xgrammar runs with ``max_threads=1`` and no cache.  tractable's worker builds the lift's
 per-vocabulary tables (``lift.prepare``) and compiles one small schema at start-up, outside the
@@ -120,7 +122,10 @@ def _setup(engine: str):
         any_ws = engine == "xgrammar_any_ws"
 
         def run(schema):
-            comp.compile_json_schema(json.dumps(schema), any_whitespace=any_ws, strict_mode=strict)
+            # compact separators where whitespace is off (xgrammar's default there is ", "/": ")
+            seps = None if any_ws else (",", ":")
+            comp.compile_json_schema(json.dumps(schema), any_whitespace=any_ws, separators=seps,
+                                     strict_mode=strict)
             return {}
 
         run(WARM_UP)  # warm-up
@@ -337,7 +342,8 @@ def report(meta: dict, results: dict, engines: list[str]) -> None:
          "within a **group**: **spec** = Draft 2020-12 (unlisted properties allowed where "
          "`additionalProperties` is unspecified), compact JSON: tractable `canonical=True` (the "
          "canonical serialization of each instance) vs xgrammar `strict_mode=False, "
-         "any_whitespace=False`; **every** = Draft 2020-12, many serializations: tractable "
+         "any_whitespace=False, separators=(\",\", \":\")`; **every** = Draft 2020-12, many "
+         "serializations: tractable "
          "`canonical=False` (every RFC 8259 serialization: any whitespace, every number "
          "spelling, every string escape) vs xgrammar `strict_mode=False, any_whitespace=True` "
          "(any whitespace between tokens, none around the top-level value; only some number "
