@@ -42,6 +42,8 @@ Shared helpers (leaf modules, imported by every layer)
 * :mod:`.bits` — bit-packed token sets, bool [..., V] ⇄ int32 [..., ceil(V/32)];
 * :mod:`.errors` — the typed errors (:class:`~.errors.TractableError` and subclasses);
 * :mod:`.progress` — opt-in progress lines of long compiles (:func:`~.progress.compile_progress`).
+* :mod:`.gc_pause` — the cyclic garbage collector paused while a compile runs (1.5–1.8× on
+  large schemas).
 
 The public names are re-exported by :mod:`tractable` (``tractable.compile_regex`` …); the
 modules here are the implementation and their import paths are stable.

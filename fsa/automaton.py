@@ -54,6 +54,7 @@ from .errors import (
     EmptyLanguageError,
     VocabularyMismatchError,
 )
+from .gc_pause import paused_gc
 from .lift import LiftedEdges, lift
 from .lift_budget import lift_budget
 from .nfa import ByteNFA
@@ -156,7 +157,7 @@ class TokenAutomaton:
         """
         require_vocabulary(vocab)
         t0 = time.perf_counter()
-        with compile_stage(), lift_budget():
+        with compile_stage(), paused_gc(), lift_budget():
             report(f"lift of {nfa.num_states:,} byte states")
             lifted = lift(nfa, vocab)
             report(f"label rows of {lifted.num_states:,} states")

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..automaton import TokenAutomaton
 from ..errors import InvalidArgumentError
+from ..gc_pause import paused_gc
 from ..nfa import ByteNFA
 from ..progress import compile_stage
 from ..vocabulary import TokenVocabulary, require_vocabulary
@@ -200,7 +201,7 @@ def compile_grammar(
     Raises:
         GrammarError, GrammarLimitError, EmptyLanguageError: see :func:`grammar_to_nfa`.
     """
-    with compile_stage():
+    with compile_stage(), paused_gc():
         require_vocabulary(vocab)
         t0 = time.perf_counter()
         nfa, info = _approx(grammar, syntax, approximation, max_depth, start, max_states, limits)

@@ -163,6 +163,7 @@ import warnings
 from typing import Any
 
 from ..errors import InvalidArgumentError
+from ..gc_pause import paused_gc
 from ..nfa import ByteNFA
 from ..progress import compile_stage
 from ..vocabulary import require_vocabulary
@@ -284,13 +285,14 @@ def json_schema_to_nfa(
         UnresolvedReferenceError: a ``$ref`` to a document not in ``registry`` (its URI and the
             pointer of the ``$ref``).
     """
-    return JsonSchemaCompiler(
-        schema, canonical=canonical, max_exponent=max_exponent, whitespace=whitespace,
-        max_whitespace=max_whitespace,
-        property_order=property_order, max_recursion_depth=max_recursion_depth,
-        lenient=lenient, validate=validate, free_value_depth=free_value_depth, strict=strict,
-        registry=registry, max_states=max_states,
-    ).build()
+    with paused_gc():
+        return JsonSchemaCompiler(
+            schema, canonical=canonical, max_exponent=max_exponent, whitespace=whitespace,
+            max_whitespace=max_whitespace,
+            property_order=property_order, max_recursion_depth=max_recursion_depth,
+            lenient=lenient, validate=validate, free_value_depth=free_value_depth,
+            strict=strict, registry=registry, max_states=max_states,
+        ).build()
 
 
 def serialize_instance(instance: Any, schema: Any, *, validate: bool = False,
@@ -373,7 +375,7 @@ def compile_json_schema(
             naming the smallest empty sub-schema's pointer and the keywords that empty it).
         EmptyLanguageError: no token sequence over ``vocab`` is accepted.
     """
-    with compile_stage():
+    with compile_stage(), paused_gc():
         require_vocabulary(vocab)
         from ..automaton import TokenAutomaton
 

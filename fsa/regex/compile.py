@@ -77,6 +77,7 @@ from ..errors import (
     InvalidRegexError,
     UnsupportedRegexError,
 )
+from ..gc_pause import paused_gc
 from ..nfa import ByteNFA
 from ..progress import compile_stage
 from ..vocabulary import TokenVocabulary, require_vocabulary
@@ -758,7 +759,7 @@ def compile_regex(
         InvalidRegexError, UnsupportedRegexError: see :func:`regex_to_nfa`.
         EmptyLanguageError: no token sequence over ``vocab`` matches.
     """
-    with compile_stage():
+    with compile_stage(), paused_gc():
         require_vocabulary(vocab)
         key = (pattern, int(flags), bool(search), vocab.fingerprint, max_states)
         with _CACHE_LOCK:
