@@ -15,9 +15,11 @@ Engines are interleaved walk by walk (noise hits all alike), all in ONE process,
 rotated each walk; ``torch.set_num_threads(1)``; ``gc`` disabled inside walks.
 
 *Mask + apply* (the processor's path, issue 21): after each fill, each engine applies its mask
-to float32 logits [B, V] (refilled outside the timing) with its own CPU apply: tractable
-``tractable.decode.processor.apply_token_bitmask`` (what ``gcd_logits_processor`` and the vLLM
-adapter call; returns a new tensor), xgrammar ``apply_token_bitmask_inplace``, llguidance
+to float32 logits [B, V] (refilled outside the timing) with its own CPU apply, in place:
+tractable ``tractable.decode.token_bitmask.apply_token_bitmask_inplace`` (what
+``gcd_logits_processor(..., inplace=True)`` and the vLLM adapter call; the tables' "GCD new"
+column times ``apply_token_bitmask``, the processor's default, which leaves the logits alone and
+returns a new tensor, on the same steps), xgrammar ``apply_token_bitmask_inplace``, llguidance
 ``llguidance.torch.apply_token_bitmask_inplace`` and outlines-core
 ``outlines_core.kernels.torch.apply_token_bitmask_inplace`` (both ``torch.compile``'d: their
 first call, which compiles, is made before the walks and reported apart as "first apply").
@@ -240,9 +242,16 @@ class Tractable:
         return bool((int(self.buf[0, tok >> 5]) >> (tok & 31)) & 1)
 
     def apply(self, logits: torch.Tensor) -> None:
-        from tractable.decode.processor import apply_token_bitmask
+        """In place, as the peers' applies (``gcd_logits_processor(..., inplace=True)``)."""
+        from tractable.decode.token_bitmask import apply_token_bitmask_inplace
 
-        apply_token_bitmask(logits, self.buf)
+        apply_token_bitmask_inplace(logits, self.buf)
+
+    def apply_new(self, logits: torch.Tensor) -> torch.Tensor:
+        """Into a new tensor (``gcd_logits_processor``'s default: ``scores`` not mutated)."""
+        from tractable.decode.token_bitmask import apply_token_bitmask
+
+        return apply_token_bitmask(logits, self.buf)
 
     def prepare(self, tokens: list[int]) -> None:
         """Build the token-id tensors of a walk before it is timed (bench overhead)."""
@@ -404,15 +413,17 @@ class LLGuidance:
 # ---------------------------------------------------------------------------- harness
 
 
-def walk(eng, tokens: list[int], eos: int, B: int,
-         logits: torch.Tensor | None = None) -> tuple[list[int], list[int], list[int]]:
+def walk(eng, tokens: list[int], eos: int, B: int, logits: torch.Tensor | None = None
+         ) -> tuple[list[int], list[int], list[int], list[int]]:
     """One walk: (mask-fill ns per step incl. the EOS step, advance ns per token, apply ns per
-    step: the engine's apply of its mask to a copy of ``logits`` [B, V], empty without it)."""
+    step: the engine's apply of its mask to a copy of ``logits`` [B, V], empty without it;
+    the same for its ``apply_new`` (a new tensor, tractable only), empty without it)."""
     n = len(tokens) + 1
     eng.new(B, n)
     if hasattr(eng, "prepare"):
         eng.prepare(tokens)
-    fills, advs, applies = [], [], []
+    fills, advs, applies, applies_new = [], [], [], []
+    new = getattr(eng, "apply_new", None)
     scratch = None if logits is None else logits.clone()
     clock = time.perf_counter_ns
     gc.disable()
@@ -429,6 +440,12 @@ def walk(eng, tokens: list[int], eos: int, B: int,
                 t0 = clock()
                 eng.apply(scratch)
                 applies.append(clock() - t0)
+                if new is not None:
+                    scratch.copy_(logits)
+                    t0 = clock()
+                    out = new(scratch)
+                    applies_new.append(clock() - t0)
+                    del out
             if tok == eos:
                 break
             t0 = clock()
@@ -436,7 +453,7 @@ def walk(eng, tokens: list[int], eos: int, B: int,
             advs.append(clock() - t0)
     finally:
         gc.enable()
-    return fills, advs, applies
+    return fills, advs, applies, applies_new
 
 
 def _with_apply(fills: list[int], applies: list[int]) -> list[int]:
@@ -498,7 +515,8 @@ def run(args) -> dict:
             compile_ms = {e: eng.compile(pname) for e, eng in engines.items()}
             for B in args.batches:
                 data = {e: {"cold": [], "warm": [], "adv": [], "adv_cold": [], "novel": [],
-                            "apply": [], "cold_apply": [], "novel_apply": []} for e in engines}
+                            "apply": [], "cold_apply": [], "novel_apply": [], "apply_new": [],
+                            "cold_apply_new": [], "novel_apply_new": []} for e in engines}
                 names = list(engines)
                 for w in range(args.walks):
                     # rotate the engine order each walk: the engine right after another one's
@@ -508,17 +526,20 @@ def run(args) -> dict:
                         eng = engines[e]
                         if w == 0 and e in ("tractable_gcd", "tractable_lcd") and B == 1:
                             eng.compile(pname)  # cold = empty caches (fresh automaton)
-                        fills, advs, applies = walk(eng, tokens, eos, B, logits_of[B])
+                        fills, advs, applies, news = walk(eng, tokens, eos, B, logits_of[B])
                         data[e]["cold" if w == 0 else "warm"].extend(fills)
                         data[e]["adv" if w > 0 else "adv_cold"].extend(advs)
                         if w == 0:
                             data[e]["cold_apply"].extend(_with_apply(fills, applies))
+                            data[e]["cold_apply_new"].extend(_with_apply(fills, news))
                         else:
                             data[e]["apply"].extend(applies)
+                            data[e]["apply_new"].extend(news)
                 for e in names[::-1]:  # the novel path, once, after the warm walks
-                    fills, _, applies = walk(engines[e], novel, eos, B, logits_of[B])
+                    fills, _, applies, news = walk(engines[e], novel, eos, B, logits_of[B])
                     data[e]["novel"].extend(fills)
                     data[e]["novel_apply"].extend(_with_apply(fills, applies))
+                    data[e]["novel_apply_new"].extend(_with_apply(fills, news))
                 for e in engines:
                     cell = {
                         "vocab": vname, "pattern": pname, "engine": e, "batch": B,
@@ -538,6 +559,12 @@ def run(args) -> dict:
                         "samples_novel_ns": data[e]["novel"],
                         "samples_warm_ns": data[e]["warm"], "samples_cold_ns": data[e]["cold"],
                     }
+                    if data[e]["apply_new"]:  # tractable: its apply into a new tensor
+                        for k in ("apply_new", "cold_apply_new", "novel_apply_new"):
+                            key = k if k == "apply_new" else k.replace("apply_new",
+                                                                        "mask_apply_new")
+                            cell[key] = H.median_p90_us(data[e][k], 1e-3)
+                            cell[f"samples_{key}_ns"] = data[e][k]
                     if e.startswith("tractable"):
                         cell["automaton"] = engines[e].A.stats() | {"built_by": engines[e].how}
                     cells.append(cell)
@@ -663,9 +690,10 @@ def write_markdown(res: dict, path: Path) -> None:
                 lines.append("| " + " | ".join(row) + " |")
     peers = [e for e in es if not e.startswith("tractable")]
 
-    def best_peer(v, p, B, key) -> list[str]:
-        """tractable GCD / the best peer (smallest median; smallest p90), median and p90."""
-        g = part(get(v, p, "tractable_gcd", B), key)
+    def best_peer(v, p, B, key, gkey=None) -> list[str]:
+        """tractable GCD (its ``gkey`` summary, default ``key``) / the best peer (smallest
+        median; smallest p90), median and p90."""
+        g = part(get(v, p, "tractable_gcd", B), gkey or key)
         xs = [part(get(v, p, e, B), key) for e in peers]
         xs = [x for x in xs if x]
         if not (g and xs):
@@ -678,22 +706,29 @@ def write_markdown(res: dict, path: Path) -> None:
         for key, what in (("cold_mask_apply", "cold walk (first walk after compile)"),
                           ("novel_mask_apply", "novel path")):
             for B in Bs:
+                new = key.replace("apply", "apply_new")
                 lines += ["", f"## Mask + apply (the processor's path), {what}, batch {B}, "
-                          "µs per step median / p90", "",
+                          "µs per step median / p90 (every engine's apply in place; "
+                          "\"GCD new\": tractable GCD's apply into a new tensor, the "
+                          "processor's default)", "",
                           "| vocab | pattern | " + " | ".join(es)
-                          + " | GCD / best peer median | GCD / best peer p90 |",
-                          "|---|---|" + "---|" * len(es) + "---|---|"]
+                          + " | GCD new | GCD / best peer median | GCD / best peer p90 "
+                          "| GCD new / best peer median | GCD new / best peer p90 |",
+                          "|---|---|" + "---|" * len(es) + "---|---|---|---|---|"]
                 for v in vs:
                     for p in ps:
                         row = [v, p]
                         for e in es:
                             c = get(v, p, e, B)
                             row.append("–" if c is None or key not in c else med_p90(c[key]))
-                        row += best_peer(v, p, B, key)
+                        g = get(v, p, "tractable_gcd", B)
+                        row.append("–" if g is None or new not in g else med_p90(g[new]))
+                        row += best_peer(v, p, B, key) + best_peer(v, p, B, key, new)
                         lines.append("| " + " | ".join(row) + " |")
         lines += ["", "## Apply alone (warm walks), µs per step median / p90; first call ms "
                   "(a torch.compile'd apply compiles then)", "",
-                  "| vocab | batch | " + " | ".join(es) + " |", "|---|---|" + "---|" * len(es)]
+                  "| vocab | batch | " + " | ".join(es) + " | GCD new |",
+                  "|---|---|" + "---|" * (len(es) + 1)]
         for v in vs:
             for B in Bs:
                 row = [v, str(B)]
@@ -706,6 +741,10 @@ def write_markdown(res: dict, path: Path) -> None:
                     allx = [x for c in cs for x in c["samples_apply_ns"]]
                     st = H.median_p90_us(allx, 1e-3)
                     row.append(f"{med_p90(st)}; first {fmt(cs[0]['first_apply_ms'])} ms")
+                cs = [c for c in cells if (c["vocab"], c["engine"], c["batch"])
+                      == (v, "tractable_gcd", B) and "samples_apply_new_ns" in c]
+                allx = [x for c in cs for x in c["samples_apply_new_ns"]]
+                row.append(med_p90(H.median_p90_us(allx, 1e-3)) if allx else "–")
                 lines.append("| " + " | ".join(row) + " |")
     advance_tables = [
         ("## Advance (accept one token), batch 1, warm median µs",

@@ -2,6 +2,7 @@
 
 Greedy masking in the frameworks users already run:
 
+* :mod:`.token_bitmask` — packed masks applied to logits (a new tensor, or in place);
 * :mod:`.processor` — :func:`gcd_logits_processor` / LCD for Hugging Face ``generate``;
 * :mod:`.generate` — one call, one budget: :func:`generate` / :func:`generate_json` (regex,
   JSON Schema, pydantic model or automaton in; texts, parsed values or model instances out);

@@ -55,6 +55,11 @@ import numpy as np
 import torch
 
 from ..fsa.errors import BudgetExceededError, InvalidArgumentError, TokenError, VocabularyError
+from .token_bitmask import (
+    apply_token_bitmask,
+    apply_token_bitmask_inplace,
+    unpack_token_bitmask,
+)
 
 try:  # transformers is optional: the class works as a plain callable without it
     from transformers import LogitsProcessor as _LogitsProcessorBase
@@ -66,6 +71,7 @@ __all__ = [
     "gcd_logits_processor",
     "BudgetExceededError",
     "apply_token_bitmask",
+    "apply_token_bitmask_inplace",
     "unpack_token_bitmask",
 ]
 
@@ -74,68 +80,6 @@ _MODES = ("gcd", "lcd")
 _FINISHED = -2  # an EOS id was generated (valid end)
 _PRUNED = -1  # a disallowed token was chosen in beam search (score -inf; never returned)
 _BUDGET_END = -3  # generate went past max_new_tokens: the row is given EOS now
-
-
-def unpack_token_bitmask(packed: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """int32 [B, W] packed masks (bit ``v % 32`` of word ``v // 32``) → bool [B, vocab_size],
-    on ``packed``'s device; ``W * 32 >= vocab_size``."""
-    if packed.device.type == "cpu":
-        p = packed.contiguous().numpy().view(np.uint8)
-        bits = np.unpackbits(p, axis=-1, bitorder="little", count=vocab_size)
-        return torch.from_numpy(bits.view(bool))
-    u8 = packed.contiguous().view(torch.uint8)  # little-endian words: byte k holds bits 8k..
-    weights = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8, device=u8.device)
-    return (u8.unsqueeze(-1) & weights).ne(0).reshape(packed.shape[0], -1)[:, :vocab_size]
-
-
-# byte value -> 8 float bounds (bit k of the byte set: +inf, else -inf), per dtype: one
-# np.take of the mask's bytes and one np.fmin pass apply a packed mask without unpacking it to
-# a bool row (Llama-3's 128,256 ids, one row: 36-37 us at 0.05-50 % allowed, against 76-211 us
-# for the unpack + flatnonzero + scatter it replaced and 42 us for llguidance's torch.compile'd
-# kernel; measured on this repository's 2-core VM)
-_BYTE_BOUNDS: dict[Any, np.ndarray] = {}
-
-
-def _byte_bounds(dtype) -> np.ndarray:
-    t = _BYTE_BOUNDS.get(dtype)
-    if t is None:
-        bits = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)
-        t = _BYTE_BOUNDS[dtype] = np.where(bits, np.inf, -np.inf).astype(dtype)  # [256, 8]
-    return t
-
-
-def apply_token_bitmask(scores: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    """``scores`` float [B, V] with disallowed entries set to ``-inf`` (a new tensor;
-    ``scores`` is not mutated).
-
-    ``packed``: int32 [B, ceil(V/32)] (moved to ``scores``' device).  Allowed entries are copied
-    exactly, except that a NaN score of an allowed token becomes ``+inf`` on CPU float32 /
-    float64 (a disallowed token is ``-inf`` whatever its score, NaN included).  On CPU float32 /
-    float64 the mask's bytes index a table of eight ``+inf``/``-inf`` bounds each
-    (``np.take``, [B, 32 W] in the scores' dtype) and ``np.fmin`` with the scores writes the
-    result, two passes over the row and no bool row (``_BYTE_BOUNDS``); elsewhere a torch
-    ``where`` on the unpacked mask.
-    """
-    B, V = scores.shape
-    if scores.device.type == "cpu" and scores.dtype in (torch.float32, torch.float64):
-        table = _byte_bounds(np.float32 if scores.dtype == torch.float32 else np.float64)
-        p = packed.to("cpu").contiguous().numpy().view(np.uint8)  # [B, 4W] little-endian words
-        bound = np.take(table, p, axis=0).reshape(B, -1)  # [B, 32W]
-        src = scores.detach().numpy()
-        n = bound.shape[1]
-        if n == V:
-            np.fmin(src, bound, out=bound)
-            return torch.from_numpy(bound)
-        if n > V:
-            out = np.empty((B, V), dtype=table.dtype)
-            np.fmin(src, bound[:, :V], out=out)
-        else:  # a mask narrower than the scores: the ids past it are not allowed
-            out = np.full((B, V), -np.inf, dtype=table.dtype)
-            np.fmin(src[:, :n], bound, out=out[:, :n])
-        return torch.from_numpy(out)
-    allowed = unpack_token_bitmask(packed.to(scores.device), V)
-    return torch.where(allowed, scores, torch.full((), float("-inf"), dtype=scores.dtype,
-                                                   device=scores.device))
 
 
 def _called_from_beam_search(max_depth: int = 12) -> bool:
@@ -156,11 +100,12 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
 
     Build with :func:`gcd_logits_processor`; use one per ``generate`` call (or call
     :meth:`reset`).  ``__call__(input_ids LongTensor [B, L], scores float [B, V]) -> float
-    [B, V]`` returns a new tensor; ``scores`` is not mutated.  Processor state (the prefix
+    [B, V]`` returns a new tensor and does not mutate ``scores`` (with ``inplace=True`` it masks
+    ``scores`` in place and returns it).  Processor state (the prefix
     dictionary, the previous masks) is mutated by each call.
 
     Attributes (read-only):
-        automaton, max_new_tokens, mode, pad_token_id, on_violation.
+        automaton, max_new_tokens, mode, pad_token_id, on_violation, inplace.
         prompt_length: the prompt width fixed at the first call (None before).
         calls: number of calls; mask_seconds: time spent in them (advance + masks + apply).
         pruned_rows: beam rows pruned after taking a masked (-inf) token (beam search only).
@@ -177,6 +122,7 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
         pad_token_id: int | None = None,
         on_violation: str = "auto",
         record: bool = False,
+        inplace: bool = False,
     ):
         if mode not in _MODES:
             raise InvalidArgumentError(f"mode must be one of {_MODES}, got {mode!r}")
@@ -209,6 +155,7 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
             # a vocabulary without EOS: finished rows cannot occur (no id ends a row)
             self._end_row = None
         self.record = record
+        self.inplace = bool(inplace)
         self.reset()
 
     def reset(self) -> None:
@@ -374,7 +321,10 @@ class GCDLogitsProcessor(_LogitsProcessorBase):
         self._keys = new_keys
         self._state = state
         self._packed = packed_u
-        out = apply_token_bitmask(scores, packed)
+        if self.inplace:
+            out = apply_token_bitmask_inplace(scores, packed)
+        else:
+            out = apply_token_bitmask(scores, packed)
         if _BUDGET_END in row_code:
             # rows past the budget are given EOS whatever earlier processors did to its score
             rows = [b for b in range(B) if row_code[b] == _BUDGET_END]
@@ -404,6 +354,7 @@ def gcd_logits_processor(
     pad_token_id: int | None = None,
     on_violation: str = "auto",
     record: bool = False,
+    inplace: bool = False,
 ) -> GCDLogitsProcessor:
     """A logits processor for ``model.generate(..., max_new_tokens=max_new_tokens,
     logits_processor=[proc])`` that keeps every row inside ``automaton``'s language.
@@ -419,6 +370,11 @@ def gcd_logits_processor(
             ``"raise"`` (:class:`~tractable.fsa.errors.TokenError`), ``"prune"`` (treat the row
             as a dead beam: only EOS), or ``"auto"`` (prune inside beam search, else raise).
         record: keep every call's input ids and bool masks in ``proc.history`` (tests).
+        inplace: write the masked scores into the ``scores`` tensor ``generate`` passes (as
+            xgrammar's and llguidance's processors do) instead of returning a new one: saves
+            allocating and writing a [B, V] tensor per step (batch 16, Llama-3: ~8 MB), but
+            ``generate(output_logits=True)`` then records the masked logits, and an earlier
+            processor's output is overwritten.  Default False (Hugging Face's convention).
 
     Raises:
         UnsatisfiableBudgetError: ``max_new_tokens`` is below ``automaton.min_tokens_to_accept()``.
@@ -433,4 +389,5 @@ def gcd_logits_processor(
         pad_token_id=pad_token_id,
         on_violation=on_violation,
         record=record,
+        inplace=inplace,
     )

@@ -88,7 +88,7 @@ import numpy as np
 import torch
 
 from ..fsa.errors import InvalidArgumentError, TractableError
-from .processor import apply_token_bitmask
+from .token_bitmask import apply_token_bitmask_inplace, unpack_token_bitmask
 
 __all__ = [
     "EXTRA_ARGS_KEY",
@@ -581,18 +581,21 @@ class _BatchMasks:
         for k in eos_rows:
             for e in self.vocabulary.eos_token_ids:
                 bits[k, e >> 5] |= np.uint32(1 << (e & 31))
-        idx = torch.tensor(order, dtype=torch.long, device=logits.device)
-        sub = logits.index_select(0, idx)
-        masked = apply_token_bitmask(sub, torch.from_numpy(packed)).to(logits.device, sub.dtype)
+        every = order == list(range(B))
+        if every:  # every row constrained: mask the logits themselves, no [B, V] copies
+            masked = logits
+        else:
+            idx = torch.tensor(order, dtype=torch.long, device=logits.device)
+            masked = logits.index_select(0, idx)
+        apply_token_bitmask_inplace(masked, torch.from_numpy(packed))
         # a row whose every allowed token is -inf (min_tokens hid EOS, a bias): allowed at 0
         dead = torch.isneginf(masked.max(dim=1).values)
         if bool(dead.any()):
-            from .processor import unpack_token_bitmask
-
             allowed = unpack_token_bitmask(torch.from_numpy(packed[dead.cpu().numpy()]), Vl)
             masked[dead] = torch.where(allowed.to(masked.device), 0.0, float("-inf")).to(
                 masked.dtype)
-        logits.index_copy_(0, idx, masked)
+        if not every:
+            logits.index_copy_(0, idx, masked)
         self.steps += 1
         self.mask_seconds += time.perf_counter() - t0
         return logits
