@@ -146,8 +146,12 @@ _USE_CLASS_TRIE = True
 _CLASS_TRIE_WORK = 3.0
 
 
+# starts counted per chunk by _plain_walk_estimate(stop_at=...)
+_ESTIMATE_CHUNK = 4096
+
+
 def _plain_walk_estimate(subsets: _SubsetTable, start_sets: np.ndarray,
-                         vocab: TokenVocabulary) -> int:
+                         vocab: TokenVocabulary, stop_at: int | None = None) -> int:
     """Byte-trie nodes a plain walk from the subsets ``start_sets`` can touch, bounded below the
     second byte: for each start, each readable first byte b counts 1, and each second byte b2
     readable after it counts the whole subtree of (b, b2).
@@ -156,7 +160,10 @@ def _plain_walk_estimate(subsets: _SubsetTable, start_sets: np.ndarray,
     where a first-byte bound counts every token starting with ``n`` (~10k Llama-3 nodes).
     Llama-3, 23 Github_medium schemas with warm component caches: the first-byte bound chose
     the class trie for most; with this bound the median compile went 60 -> 41 ms (2 cores busy).
-    Mutates ``subsets`` (expands the rows of the subsets reached by one byte)."""
+    ``stop_at``: return as soon as the count reaches it (the starts are counted in chunks; the
+    count returned is then a lower bound >= ``stop_at``: Kubernetes kb_1004's 130k starts
+    took 0.16 s to count in full).  Mutates ``subsets`` (expands the rows of the subsets
+    reached by one byte)."""
     one = _depth2_subtree_sizes(vocab)[0]
     b1, b2, size2 = _depth2_pairs(vocab)
     cob = subsets.class_of_byte
@@ -166,12 +173,18 @@ def _plain_walk_estimate(subsets: _SubsetTable, start_sets: np.ndarray,
     # product took ~0.6 ms)
     cnt1 = np.bincount(cob, weights=one, minlength=C)
     sub_cc = np.bincount(cob[b1] * C + cob[b2], weights=size2, minlength=C * C).reshape(C, C)
-    nxt = subsets.table[start_sets]  # [S', C]
-    s_idx, c_idx = np.nonzero(nxt > 0)
-    t = nxt[s_idx, c_idx]
-    _expand_missing(subsets, t)
-    live2 = subsets.table[t] != 0  # [pairs, C]
-    return int(cnt1[c_idx].sum() + (sub_cc[c_idx] * live2).sum())
+    total = 0
+    step = start_sets.size if stop_at is None else _ESTIMATE_CHUNK
+    for i in range(0, start_sets.size, max(step, 1)):
+        nxt = subsets.table[start_sets[i:i + step]]  # [chunk, C]
+        s_idx, c_idx = np.nonzero(nxt > 0)
+        t = nxt[s_idx, c_idx]
+        _expand_missing(subsets, t)
+        live2 = subsets.table[t] != 0  # [pairs, C]
+        total += int(cnt1[c_idx].sum() + (sub_cc[c_idx] * live2).sum())
+        if stop_at is not None and total >= stop_at:
+            break
+    return total
 
 
 def _walk(trie, node_cls, subsets: _SubsetTable, starts, node, dstate, *, visits: bool = False,
@@ -237,14 +250,16 @@ def _walk(trie, node_cls, subsets: _SubsetTable, starts, node, dstate, *, visits
             node = np.concatenate([c0, node])
             dstate = np.concatenate([d0, dstate])
         if dedup and starts.size > _DEDUP_MIN:
-            # continuations of one start met at one node with one subset: walk them once
-            ns = len(subsets.members)
-            if (int(starts.max()) + 1) * trie_nodes * ns < 2**62:
-                k = sorted_unique((starts * trie_nodes + node) * ns + dstate)
+            # continuations of one start met at one node with one subset: walk them once (keys
+            # as bit fields: shifts and masks instead of int64 divisions, same sorted order)
+            bn = max(trie_nodes - 1, 1).bit_length()
+            bd = max(len(subsets.members) - 1, 1).bit_length()
+            if int(starts.max()).bit_length() + bn + bd <= 62:
+                k = sorted_unique((starts << bn | node) << bd | dstate)
                 if k.size < starts.size:
-                    dstate = k % ns
-                    k //= ns
-                    starts, node = k // trie_nodes, k % trie_nodes
+                    dstate = k & ((1 << bd) - 1)
+                    node = (k >> bd) & ((1 << bn) - 1)
+                    starts = k >> (bn + bd)
         # the frontier (3 int64 each) is transient: checked against what is left; the records
         # kept are charged (lift_budget)
         _check_frontier(int(starts.size))
@@ -428,6 +443,35 @@ def lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
         return _lift(nfa, vocab)
 
 
+def _crossings(parts, single: np.ndarray, byte_node: np.ndarray | None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where tokens cross out of components: int64 [k] (start state, trie node, subset id).
+
+    ``parts``: per template (or entry group) ``(start_map [copies, *], exit_map [copies, *],
+    rel_start [c], byte [c], exit_col [c])``: copy ``i``'s crossing ``j`` starts at
+    ``start_map[i, rel_start[j]]``, reads ``byte[j]`` (the trie node under the root:
+    ``byte_node[byte]`` on the class trie, where a node may be missing: -1, dropped) and lands
+    in the singleton of ``exit_map[i, exit_col[j]]``.  Bytes of one class share a class-trie
+    node, so each template's crossings are deduplicated before they are copied (Kubernetes
+    kb_1004: 9.2M copied crossings were 1.6M distinct; 0.8 s of gathers and filters on the
+    copies before)."""
+    cs, cb, cd = [], [], []
+    for start_map, exit_map, rel, byte, col in parts:
+        node = byte if byte_node is None else byte_node[byte]
+        ok = node >= 0
+        if not ok.all():
+            rel, node, col = rel[ok], node[ok], col[ok]
+        if node.size > 1:
+            _, first = np.unique(np.stack([rel, node, col]), axis=1, return_index=True)
+            rel, node, col = rel[first], node[first], col[first]
+        copies = exit_map.shape[0]
+        cs.append(np.repeat(start_map[:, 0], rel.size) if start_map.shape[1] == 1
+                  else start_map[:, rel].reshape(-1))
+        cb.append(np.tile(node, copies))
+        cd.append(single[exit_map[:, col]].reshape(-1))
+    return np.concatenate(cs), np.concatenate(cb), np.concatenate(cd)
+
+
 def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     report("lift: finalizing the byte NFA")
     nfa = finalize(nfa)
@@ -483,9 +527,9 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     r_src: list[np.ndarray] = []
     r_dst: list[np.ndarray] = []
     r_id: list[np.ndarray] = []
-    c_start: list[np.ndarray] = []
-    c_byte: list[np.ndarray] = []
-    c_state: list[np.ndarray] = []
+    # crossings out of components, per template (its relative starts, first bytes, exits) with
+    # the copies' state maps: expanded once the trie is chosen (_crossings)
+    c_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     built = 0
     periodic = 0
     # the entry walks this NFA needs: cached ones held here (inserting the new ones may evict
@@ -541,9 +585,7 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
         r_src.append(dm[:, tm.e_r].reshape(-1))
         r_dst.append(dm[:, tm.e_d].reshape(-1))
         r_id.append(np.tile(tm.e_row + off, len(cl)))
-        c_start.append(dm[:, tm.c_r].reshape(-1))
-        c_byte.append(np.tile(tm.c_b, len(cl)))
-        c_state.append(single[dm[:, n + tm.c_k]].reshape(-1))
+        c_parts.append((dm, dm, tm.c_r, tm.c_b, n + tm.c_k))
     # entries: tokens by first byte from the component's entry walk
     if ent_i.size:
         # entries of templates cached without them (one copy of the template walks for all)
@@ -571,9 +613,8 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
                 r_id.append(np.tile(n_rows + np.arange(J, dtype=np.int64), qs.size))
                 n_rows += J
             if em.c_b.size:
-                c_start.append(np.repeat(qs, em.c_b.size))
-                c_byte.append(np.tile(em.c_b, qs.size))
-                c_state.append(single[dmaps[:, n_rel + em.c_k]].reshape(-1))
+                c_parts.append((qs[:, None], dmaps, np.zeros_like(em.c_b), em.c_b,
+                                n_rel + em.c_k))
     start_of = np.arange(S + n_shadow, dtype=np.int64)
     start_of[wf] = plain_of
     subsets.expand_singletons(single)
@@ -587,7 +628,7 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     est = int(per_first.sum())
     bar = _CLASS_TRIE_WORK * vocab.trie.num_nodes
     use_class = (_USE_CLASS_TRIE and est >= bar
-                 and _plain_walk_estimate(subsets, single[wf], vocab) >= bar)
+                 and _plain_walk_estimate(subsets, single[wf], vocab, stop_at=bar) >= bar)
     if use_class:
         trie = _cached_class_trie(vocab, subsets)
         node_cls = trie.cls
@@ -597,12 +638,8 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     starts = [wf]
     nodes = [np.zeros(wf.size, dtype=np.int64)]
     states = [single[wf]]
-    if c_start:
-        cs, cb, cd = np.concatenate(c_start), np.concatenate(c_byte), np.concatenate(c_state)
-        if use_class:
-            cb = trie.byte_node[cb]
-            ok = cb >= 0
-            cs, cb, cd = cs[ok], cb[ok], cd[ok]
+    if c_parts:
+        cs, cb, cd = _crossings(c_parts, single, trie.byte_node if use_class else None)
         if cs.size:
             nn, ns = trie.num_nodes, len(subsets.members)
             k = sorted_unique((cs * nn + cb) * ns + cd)
@@ -632,6 +669,11 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     if S * S * max(G, 1) >= 2**62:
         raise LiftSizeError(f"keys of {S:,} byte states x {G:,} token groups (over 2^62)",
                             S * S * max(G, 1), 2**62)
+    # key = (src, dst, group) in mixed radix; bit fields where they fit in 62 bits (shifts and
+    # masks: kb_1004's ~15M keys split in ~20 ms instead of ~0.2 s of int64 divisions), else
+    # multiplied out (same order either way: both sort as (src, dst, group))
+    bs, bg = max(S - 1, 1).bit_length(), max(G - 1, 1).bit_length()
+    shifts = 2 * bs + bg <= 62
     keys: list[np.ndarray] = []
     listed = 0
     steps = 0
@@ -661,13 +703,18 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
             p_src = start_of[r_start[idx]]
             # One int64 key per (src, dst, group) and a plain sort (np.lexsort on three keys is
             # ~15x slower: 22 ms vs 1.4 ms for 130k entries); unique: entries may repeat.
-            keys.append(sorted_unique((p_src * S + p_dst) * G + r_node[idx]))
+            keys.append(sorted_unique(((p_src << bs | p_dst) << bg | r_node[idx]) if shifts
+                                      else (p_src * S + p_dst) * G + r_node[idx]))
         # this chunk's walk records are rows or keys now (lift_budget: charged in _walk)
         release(24 * int(r_start.size))
         del r_start, r_node, r_state
     key = (keys[0] if len(keys) == 1 else sorted_unique(np.concatenate(keys))) if keys else empty
-    pair = key // G
-    pair_src, pair_dst, pair_grp = pair // S, pair % S, key % G
+    if shifts:
+        pair_src, pair_dst = key >> (bs + bg), (key >> bg) & ((1 << bs) - 1)
+        pair_grp = key & ((1 << bg) - 1)
+    else:
+        pair = key // G
+        pair_src, pair_dst, pair_grp = pair // S, pair % S, key % G
     if len(rows) > 1:
         charge(4 * W * sum(int(r.shape[0]) for r in rows), "the lift's token rows, concatenated")
     return LiftedEdges(
