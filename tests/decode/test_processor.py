@@ -148,6 +148,26 @@ def test_greedy_masks_equal_allowed_and_outputs_valid(model, hf_tok, vocab, date
     assert _check_history(date_A, proc) == len(proc.history) >= 1
 
 
+def test_inplace_generate_gives_the_same_outputs(model, hf_tok, vocab, person_A):
+    """``inplace=True`` inside ``generate`` (sampling, 4 rows, a seeded generator): the same
+    tokens as the default new-tensor processor, every output accepted, the same masks."""
+    n = person_A.min_tokens_to_accept() + 4
+    enc = _encode(hf_tok, ['Person: {"name":'])
+    outs = []
+    for inplace in (False, True):
+        torch.manual_seed(3)
+        proc = gcd_logits_processor(person_A, n, record=True, inplace=inplace)
+        out = model.generate(**enc, max_new_tokens=n, logits_processor=[proc], do_sample=True,
+                             num_return_sequences=4, top_k=None, top_p=None)
+        outs.append((_generated(out, enc), proc))
+    (a, pa), (b, pb) = outs
+    assert torch.equal(a, b)
+    assert [torch.equal(x[1], y[1]) for x, y in zip(pa.history, pb.history)] == [True] * len(
+        pa.history)
+    for row in b.tolist():
+        assert person_A.accepts([t for t in row if t != EOS] + [EOS])
+
+
 @pytest.mark.parametrize("extra", [0, 6])
 def test_sampling_num_return_sequences(model, hf_tok, vocab, person_A, extra):
     n = person_A.min_tokens_to_accept() + extra
