@@ -27,6 +27,7 @@ import numpy as np
 
 from .arrays import ranges as _ranges
 from .arrays import run_starts as _run_starts
+from .arrays import sorted_unique
 from .class_trie import _byte_nodes_of
 from .lift_subsets import _edge_arrays
 from .nfa import ByteNFA
@@ -140,9 +141,7 @@ def _neighbours(f: np.ndarray, ptr: np.ndarray, adj: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray]:
     """For states ``f``: (index into ``f``, neighbour) over every edge of each, int64 [k] each."""
     cnt = ptr[f + 1] - ptr[f]
-    idx = np.repeat(np.arange(f.size), cnt)
-    pos = np.arange(idx.size) - np.repeat(np.cumsum(cnt) - cnt, cnt) + ptr[f][idx]
-    return idx, adj[pos]
+    return np.repeat(np.arange(f.size), cnt), adj[_ranges(ptr[f], cnt)]
 
 
 def _absorb_satellites_arrays(region: list[int], src: np.ndarray, dst: np.ndarray, S: int,
@@ -167,7 +166,7 @@ def _absorb_satellites_arrays(region: list[int], src: np.ndarray, dst: np.ndarra
             break
         o = np.lexsort((r, x))  # per target x: the regions reaching it this round
         x, r = x[o], r[o]
-        first = np.flatnonzero(np.concatenate([[True], x[1:] != x[:-1]]))
+        first = _run_starts(x)
         ux = x[first]
         last = np.concatenate([first[1:], [x.size]])
         rmin, rmax = r[first], r[last - 1]
@@ -191,7 +190,7 @@ def _absorb_satellites_arrays(region: list[int], src: np.ndarray, dst: np.ndarra
             is_grown[leave] = False
             rl[leave] = -1
             _, p = _neighbours(leave, pptr, pred)
-            leave = np.unique(p[is_grown[p]])
+            leave = sorted_unique(p[is_grown[p]])
     return rl.tolist()
 
 
