@@ -149,7 +149,8 @@ Modules, in pipeline order
   (free values), :mod:`._numbers`, :mod:`._strings` and :mod:`._ecma` (``pattern``),
   :mod:`._arrays`, :mod:`._objects`, :mod:`._serialize` (:func:`serialize_instance`);
   its own objects in :mod:`._nodes` and :mod:`._values`, shared automata in :mod:`._cache`,
-  byte-automaton helpers in :mod:`._automata`, empty schemas explained by :mod:`._empty`;
+  byte-automaton helpers in :mod:`._automata`, the builder that embeds automata without
+  copying them in :mod:`._builder`, empty schemas explained by :mod:`._empty`;
 * value automata: :mod:`.formats` (canonical numbers, ``multipleOf``, string formats),
   :mod:`.formats_uri` and :mod:`.formats_regex` (the URI family, the ``regex`` format);
 * every serialization: :mod:`.number_spellings` and :mod:`.string_spellings`;

@@ -19,7 +19,7 @@ class _ArraysMixin(_CompilerBase):
         """Arrays: explicit positions 0..N-1 (prefixItems, minItems, or all of maxItems), then a
         loop of ``items`` when unbounded; ``contains``/``minContains`` add a saturating count of
         matching elements (each element is nondeterministically "counted" or not)."""
-        from .formats import _Builder
+        from ._builder import _Builder
 
         lo, hi = 0, None
         per_node = []

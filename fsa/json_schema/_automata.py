@@ -31,6 +31,10 @@ def _is_empty(a: ByteNFA) -> bool:
     f = a._cache.get(("finalize", True)) or a._cache.get(("finalize", False))
     if f is not None:  # finalized: trimmed, so empty iff it has no accepting state
         return not f.finals
+    parts = a._cache.get("union_of")
+    if parts is not None:  # a lazy union (._builder.union): empty iff every part is
+        hit = a._cache["is_empty"] = all(_is_empty(p) for p in parts)
+        return hit
     succ: dict[int, list[int]] = {}
     for s, _m, d in a.edges:
         succ.setdefault(s, []).append(d)

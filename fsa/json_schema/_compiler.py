@@ -15,6 +15,7 @@ from ..errors import InvalidArgumentError, InvalidSchemaError, UnsupportedSchema
 from ..nfa import ByteNFA
 from ..nfa_subsets import merge_parallel
 from ._arrays import _ArraysMixin
+from ._builder import union as _union
 from ._cache import _cached, _share
 from ._constants import (
     _ANNOTATIONS,
@@ -389,7 +390,7 @@ class JsonSchemaCompiler(
             self._nfa_cache[key] = self._nfa_cache[fkey] = out
             return out
         parts = [a for lf in leaves for a in lf.parts.values()]
-        out = N.union(*parts) if parts else N.nothing()
+        out = _union(*parts) if parts else N.nothing()
         known = [x._cache.get("is_empty") for x in parts]
         if len(parts) > 1 and None not in known:
             out._cache["is_empty"] = all(known)

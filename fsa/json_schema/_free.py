@@ -23,7 +23,7 @@ class _FreeValuesMixin(_CompilerBase):
         hit = _cached(key)
         if hit is not None:
             return hit
-        from .formats import _Builder
+        from ._builder import _Builder
 
         string = self._spell(N.concat(_QUOTE, _BODY, _QUOTE))
         parts = {

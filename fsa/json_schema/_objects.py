@@ -236,7 +236,7 @@ class _ObjectsMixin(_CompilerBase):
         slot and the additional properties come as variants (key:value automaton, or its
         pieces for :meth:`~.formats._Builder.embed`; witness bits); without witnesses, one
         variant each."""
-        from .formats import _Builder
+        from ._builder import _Builder
 
         K = hi_p if hi_p is not None else max(1, lo_p)
 
@@ -305,7 +305,7 @@ class _ObjectsMixin(_CompilerBase):
         """Declared properties in any order, each at most once; additional properties anywhere.
         States: (subset of declared properties written, count) — exponential in the number of
         declared properties, so refused above :data:`MAX_ANY_ORDER_PROPERTIES`."""
-        from .formats import _Builder
+        from ._builder import _Builder
 
         n = len(slots)
         if n > MAX_ANY_ORDER_PROPERTIES:

@@ -72,7 +72,6 @@ from functools import cache
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..nfa import (
     ByteNFA,
-    _start_entered,
     byteset,
     codepoints,
     concat,
@@ -86,6 +85,7 @@ from ..nfa import (
     star,
     union,
 )
+from ._builder import _Builder
 from .formats_regex import regex_syntax
 from .formats_uri import ipv4 as _ipv4
 from .formats_uri import ipv6 as _ipv6
@@ -146,62 +146,6 @@ def _split(d: Decimal) -> tuple[str, str]:
         i, f = s.split(".")
         return i, f
     return s, ""
-
-
-class _Builder:
-    """A raw NFA written state by state (for digit comparisons and modular automata)."""
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.edges: list[tuple[int, int, int]] = []
-        self.eps: list[tuple[int, int]] = []
-        self.finals: set[int] = set()
-
-    def state(self) -> int:
-        self.n += 1
-        return self.n - 1
-
-    def edge(self, s: int, mask: int, d: int) -> None:
-        if mask:
-            self.edges.append((s, mask, d))
-
-    def chain(self, s: int, text: str, d: int | None = None) -> int:
-        for i, ch in enumerate(text):
-            nxt = d if (d is not None and i == len(text) - 1) else self.state()
-            self.edge(s, 1 << ord(ch), nxt)
-            s = nxt
-        return s
-
-    def embed(self, a: ByteNFA | tuple[ByteNFA, ...], src: int) -> frozenset[int]:
-        """Copy ``a`` in, entered from ``src``; returns its finals.  When nothing enters
-        ``a``'s start, ``src`` takes its out-moves instead of an epsilon to it (the same
-        paths; the epsilon closures of the final pass shrink).  A tuple of automata is their
-        concatenation, each copied once (``concat`` then ``embed`` copied the last, a
-        property's value, twice)."""
-        if isinstance(a, tuple):
-            finals = frozenset({src})
-            for part in a:
-                if len(finals) == 1:
-                    (at,) = finals
-                else:
-                    at = self.state()
-                    self.eps.extend([(f, at) for f in finals])
-                finals = self.embed(part, at)
-            return finals
-        off = self.n
-        self.n += a.num_states
-        st = a.start
-        if _start_entered(a):
-            self.edges.extend([(s + off, m, d + off) for s, m, d in a.edges])
-            self.eps.extend([(s + off, d + off) for s, d in a.epsilons])
-            self.eps.append((src, st + off))
-            return frozenset(f + off for f in a.finals)
-        self.edges.extend([(src if s == st else s + off, m, d + off) for s, m, d in a.edges])
-        self.eps.extend([(src if s == st else s + off, d + off) for s, d in a.epsilons])
-        return frozenset(src if f == st else f + off for f in a.finals)
-
-    def build(self, start: int = 0) -> ByteNFA:
-        return ByteNFA(self.n, start, frozenset(self.finals), tuple(self.edges), tuple(self.eps))
 
 
 # canonical pieces

@@ -272,7 +272,7 @@ def _copies(K: int, lo: int, hi: int | None) -> int:
 def _exact_array(comp, items, lo: int, hi: int | None, stack) -> ByteNFA | None:
     """The exact automaton of arrays of distinct values of ``items`` (None: not this route)."""
     from ._automata import _wrapped
-    from .formats import _Builder
+    from ._builder import _Builder
 
     values = finite_values(comp, items, stack)
     if values is None or _copies(len(values), lo, hi) > MAX_EXACT_COPIES:
