@@ -89,8 +89,16 @@ class _SubsetTable:
         self._out: dict[int, list[tuple[tuple[int, ...], int]]] = {}
         self.members: list[tuple[int, ...]] = [()]
         self.ids: dict[tuple[int, ...], int] = {(): 0}
-        self.table = np.full((max(64, nfa.num_states + 1), ncls), -1, dtype=np.int64)
+        # rows are allocated by intern_singletons (every caller's next step; at least one per
+        # NFA state, as here before) or grown by intern: allocating them here as well cost a
+        # second [states, classes] array (kb_1004: 86 MB)
+        self._rows_hint = max(64, nfa.num_states + 1)
+        self.table = np.full((64, ncls), -1, dtype=np.int64)
         self.table[0, :] = 0  # the dead set goes nowhere
+        # whether each row is filled: the walks test this for every frontier entry, and a
+        # byte per subset stays in cache where the table's first column did not (kb_1004)
+        self.done = np.zeros(64, dtype=bool)
+        self.done[0] = True
         self.expanded = 0
         self._arrays: tuple | None = None  # see _member_arrays
         self._single_n = 0
@@ -128,6 +136,9 @@ class _SubsetTable:
         new[:old.shape[0]] = old
         new[old.shape[0]:] = -1
         self.table = new
+        done = np.zeros(rows, dtype=bool)
+        done[:self.done.size] = self.done
+        self.done = done
 
     def intern_singletons(self, n: int) -> np.ndarray:
         """int64 [n]: the ids of the subsets ``(0,) .. (n-1,)``, interned in bulk when the
@@ -140,10 +151,12 @@ class _SubsetTable:
         self.ids.update(zip(new, range(1, n + 1)))
         # headroom for the subsets the walks intern next (kb_1004: 11 % more than n); the table
         # holds only the dead set's row, so it is allocated afresh rather than copied
-        rows = n + 1 + n // 4
+        rows = max(n + 1 + n // 4, self._rows_hint)
         if rows > self.table.shape[0]:
             self.table = np.full((rows, self.num_classes), -1, dtype=np.int64)
             self.table[0, :] = 0
+            self.done = np.zeros(rows, dtype=bool)
+            self.done[0] = True
         return np.arange(1, n + 1, dtype=np.int64)
 
     def expand(self, sid: int) -> None:
@@ -161,6 +174,7 @@ class _SubsetTable:
         for c, x in nxt.items():
             row[c] = self.intern(tuple(sorted(x)) if len(x) > 1 else (next(iter(x)),))
         self.table[sid, :] = row
+        self.done[sid] = True
         self.expanded += 1
 
     def expand_singletons(self, single: np.ndarray) -> None:
@@ -170,7 +184,7 @@ class _SubsetTable:
         the rest by array ops: 330 rows of a Github_medium schema in 0.2 ms, where one
         :meth:`expand` call per row took 1 ms, measured here)."""
         n, C = single.size, self.num_classes
-        todo = self.table[single, 0] < 0
+        todo = ~self.done[single]
         if not todo.any():
             return
         sel = todo[self._e_src]
@@ -196,6 +210,7 @@ class _SubsetTable:
         q = np.nonzero(todo)[0]
         table = self.table  # (read after interning: it may have grown)
         table[single[q]] = 0
+        self.done[single[q]] = True  # (read after interning too)
         s0 = sc[first]
         table.reshape(-1)[single[s0 // C] * C + s0 % C] = val
         self.expanded += int(q.size)
@@ -203,7 +218,7 @@ class _SubsetTable:
 
 def _expand_missing(subsets: _SubsetTable, sids: np.ndarray) -> None:
     """Fill the table rows of the subsets in ``sids`` not yet expanded."""
-    miss = subsets.table[sids, 0] < 0
+    miss = ~subsets.done[sids]
     if miss.any():
         # distinct subset ids by a flag array: np.unique hashed tens of millions of entries
         # per step on the largest schemas (540 s of 770 s on 30 Github_medium schemas)
@@ -241,5 +256,21 @@ def _expand_members(subsets: _SubsetTable, sid: np.ndarray):
     """(index into ``sid``, member state) for every member of every subset ``sid[i]``."""
     sizes, ptr, flat = _member_arrays(subsets)
     k = sizes[sid]
-    idx = np.repeat(np.arange(sid.size, dtype=np.int64), k)
-    return idx, flat[_ranges(ptr[sid], k)]
+    n = sid.size
+    one = k == 1
+    n_one = int(np.count_nonzero(one))
+    if n_one == n:  # singletons only (most walks' records)
+        return np.arange(n, dtype=np.int64), flat[ptr[sid]]
+    idx = np.repeat(np.arange(n, dtype=np.int64), k)
+    if 8 * n_one < 7 * n:
+        return idx, flat[_ranges(ptr[sid], k)]
+    # mostly singletons (kb_1004: 4.2M records, 0.06 % of them larger sets): one gather for
+    # them and ranges only for the others, in the same order (0.37 s of ranges before)
+    at = np.cumsum(k) - k  # where each record's members start
+    out = np.empty(idx.size, dtype=flat.dtype)
+    o = np.flatnonzero(one)
+    out[at[o]] = flat[ptr[sid[o]]]
+    m = np.flatnonzero(k > 1)
+    km = k[m]
+    out[_ranges(at[m], km)] = flat[_ranges(ptr[sid[m]], km)]
+    return idx, out

@@ -503,12 +503,30 @@ def test_row_hashes_tell_one_word_apart():
         assert (h[1:] != h[0]).all()
 
 
+@pytest.mark.parametrize("density", [0.0, 0.002, 0.02, 0.3])
+def test_row_hash_blocks_sparse_and_dense_agree(density):
+    """The row hash summed over the non-zero words only (sparse blocks) is the dense formula."""
+    rng = np.random.default_rng(int(density * 1000))
+    for k, W in [(1, 2), (7, 10), (300, 64), (50, 4008)]:
+        t = ((rng.random((k, W)) < density)
+             * rng.integers(1, 2**32, (k, W), dtype=np.uint64)).astype(np.uint32)
+        t[0] = 0
+        t[-1, -1] = 1 if density else 0
+        R = TR._hash_weights(W)
+        t64 = t.view(np.uint64)
+        np.testing.assert_array_equal(TR._hash_block(t64, R), TR._mix64(t64) @ R)
+        np.testing.assert_array_equal(L._row_hashes(t, np.arange(k)), TR._mix64(t64) @ R)
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 1, 3])
 @pytest.mark.parametrize("collide", [False, True])
-def test_dedup_sets_matches_tuples(collide, monkeypatch):
+def test_dedup_sets_matches_tuples(collide, chunk, monkeypatch):
     """Equal id sets get one label, different ones different labels, and each label's
-    representative holds its sets (with every hash equal too: the exact fallback)."""
+    representative holds its sets (with every hash equal too: the exact fallback; and with the
+    verification done a few elements at a time)."""
     if collide:
         monkeypatch.setattr(TR, "_token_hashes", lambda n: np.zeros(max(n, 1), dtype=np.int64))
+    monkeypatch.setattr(TR, "_VERIFY_CHUNK", chunk)
     rng = np.random.default_rng(11)
     for _ in range(100):
         base = [np.unique(rng.integers(0, 40, size=int(rng.integers(0, 6))))
@@ -588,3 +606,26 @@ def test_plain_walk_estimate_stops_early_at_the_same_verdict(llama3_vocab, monke
         assert (got >= bar) == (full >= bar)
         if full < bar:
             assert got == full
+
+
+@pytest.mark.parametrize("share", [1.0, 0.999, 0.95, 0.5, 0.0])
+def test_expand_members_lists_every_member_in_order(share):
+    """(record, member) for every member of each record's subset, record after record, whether
+    the records are all singletons, mostly singletons (one gather plus ranges) or not."""
+    from tractable.fsa.lift_subsets import _expand_members, _SubsetTable
+
+    rng = np.random.default_rng(int(share * 1000))
+    n = 30
+    nfa = N.ByteNFA(n, 0, frozenset({n - 1}),
+                    tuple((i, 1 << int(rng.integers(0, 256)), i + 1) for i in range(n - 1)))
+    sub = _SubsetTable(nfa)
+    single = sub.intern_singletons(n)
+    multi = [sub.intern(tuple(sorted(set(rng.integers(0, n, size=k).tolist()))))
+             for k in rng.integers(2, 6, size=8)]
+    for size in (1, 7, 2000):
+        pick = rng.random(size) < share
+        sid = np.where(pick, single[rng.integers(0, n, size)],
+                       np.array(multi + [0])[rng.integers(0, len(multi) + 1, size)])
+        idx, mem = _expand_members(sub, sid)
+        want = [(i, q) for i, s in enumerate(sid.tolist()) for q in sub.members[s]]
+        assert list(zip(idx.tolist(), mem.tolist())) == want
