@@ -728,6 +728,27 @@ def _pack_label_rows(
 _SPARSE_WORDS_PER_PAIR = 20
 
 
+# Rows gathered per reduceat in _or_groups: 256 Llama-3 rows are 4 MB (kb_1007: 8,724 rows of
+# 2,329 combinations were gathered at once, 140 MB of fresh pages; 0.19 s -> 0.05 s in chunks,
+# measured here).
+_OR_CHUNK_ROWS = 256
+
+
+def _or_groups(rows: np.ndarray, ref: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """uint32 [len(starts), W]: the OR of ``rows[ref[starts[i]:starts[i+1]]]`` per group ``i``
+    (``starts`` increasing from 0, every group non-empty), gathering a bounded number of rows
+    at a time."""
+    G = starts.size
+    out = np.empty((G, rows.shape[1]), dtype=rows.dtype)
+    cuts = np.searchsorted(starts, np.arange(0, ref.size, _OR_CHUNK_ROWS), side="right") - 1
+    cuts = sorted_unique(np.append(cuts, G))
+    ends = np.append(starts[1:], ref.size)
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        lo, hi = int(starts[a]), int(ends[b - 1])
+        np.bitwise_or.reduceat(rows[ref[lo:hi]], starts[a:b] - lo, axis=0, out=out[a:b])
+    return out
+
+
 def _merge_rows(explicit, label_of_edge, kept_key, r_key, row_id, rows, row_hash=None):
     """Add the lift's shared rows to the kept edges' labels and dedup all rows exactly.
 
@@ -775,8 +796,7 @@ def _merge_rows(explicit, label_of_edge, kept_key, r_key, row_id, rows, row_hash
         sel = np.fromiter((r for k in keys for r in k), dtype=np.int64, count=int(cnt.sum()))
         cid = np.repeat(np.arange(len(keys), dtype=np.int64), cnt)
         shared = sel >= Lx
-        merged = np.bitwise_or.reduceat(rows[sel[shared] - Lx], _run_starts(cid[shared]),
-                                        axis=0)
+        merged = _or_groups(rows, sel[shared] - Lx, _run_starts(cid[shared]))
         xs = np.nonzero(~shared)[0]
         if xs.size:
             if sparse:

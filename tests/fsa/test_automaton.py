@@ -697,3 +697,20 @@ def test_load_reads_version_1_files(packed_file, gpt2_vocab, tmp_path):
         else:
             with pytest.raises(AutomatonFormatError, match="version"):
                 TokenAutomaton.load(f, gpt2_vocab)
+
+
+@pytest.mark.parametrize("chunk", [256, 1, 3, 7])
+def test_or_groups_is_reduceat(chunk, monkeypatch):
+    """The shared-row ORs of _merge_rows, gathered a few rows at a time, equal one reduceat."""
+    import tractable.fsa.automaton as AM
+
+    monkeypatch.setattr(AM, "_OR_CHUNK_ROWS", chunk)
+    rng = np.random.default_rng(chunk)
+    for _ in range(100):
+        L, W, G = (int(x) for x in rng.integers(1, [40, 9, 30]))
+        rows = rng.integers(0, 2**32, size=(L, W), dtype=np.uint64).astype(np.uint32)
+        cnt = rng.integers(1, 8, G)
+        ref = rng.integers(0, L, int(cnt.sum()))
+        starts = np.cumsum(cnt) - cnt
+        want = np.bitwise_or.reduceat(rows[ref], starts, axis=0)
+        np.testing.assert_array_equal(AM._or_groups(rows, ref, starts), want)
