@@ -703,6 +703,7 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
     bs, bg = max(S - 1, 1).bit_length(), max(G - 1, 1).bit_length()
     shifts = 2 * bs + bg <= 62
     keys: list[np.ndarray] = []
+    seen_rows: dict[int, list[tuple[int, int, int]]] = {}  # see _new_rows
     listed = 0
     steps = 0
     chunks = [0] if chunk_of is None else sorted_unique(chunk_of).tolist()
@@ -719,11 +720,16 @@ def _lift(nfa: ByteNFA, vocab: TokenVocabulary) -> LiftedEdges:
             # of a (start, subset) pair instead, contributed to each member (_rows_by_subset).
             src_, dst_, rid, packed = _rows_by_subset(r_start, r_node, r_state, start_of,
                                                       subsets, trie, vocab.size)
+            h = _row_hashes(packed, np.arange(packed.shape[0], dtype=np.int64))
+            gid, keep = _new_rows(packed, h, rows, seen_rows, n_rows)
             r_src.append(src_)
             r_dst.append(dst_)
-            r_id.append(n_rows + rid)
+            r_id.append(gid[rid])
+            if keep.size < packed.shape[0]:  # rows an earlier chunk already holds: dropped
+                release(4 * W * int(packed.shape[0] - keep.size))
+                packed, h = packed[keep], h[keep]
             rows.append(packed)
-            row_hash.append(_row_hashes(packed, np.arange(packed.shape[0], dtype=np.int64)))
+            row_hash.append(h)
             n_rows += packed.shape[0]
         else:
             listed += n_exp
@@ -772,6 +778,34 @@ _WALK_RECORDS = 4_000_000
 # Walk frontiers above this size are deduplicated per depth.  Spider SQL "over", Llama-3: 64M
 # records of which 21M distinct (continuations reaching one node by several paths).
 _DEDUP_MIN = 100_000
+
+
+def _new_rows(packed: np.ndarray, h: np.ndarray, parts: list[np.ndarray],
+              seen: dict[int, list[tuple[int, int, int]]], n_rows: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Number a walk chunk's packed rows (uint32 [P, W], hashes ``h``) after the rows of the
+    chunks before (``parts``, ``n_rows`` in all): a row equal to an earlier one gets its number,
+    the others new numbers in order.  Returns (number per row int64 [P], indices of the new
+    rows).  ``seen`` (hash -> (number, part, row)) is updated.  Chunks of one walk share many
+    rows (the starts of one component copy fall in different chunks): 4M-record chunks of an
+    every-serialization Kubernetes schema held 38k rows, over the lift's budget, where one
+    chunk's rows were deduplicated only among themselves."""
+    gid = np.empty(packed.shape[0], dtype=np.int64)
+    keep: list[int] = []
+    part = len(parts)
+    for i, hv in enumerate(h.tolist()):
+        got = None
+        for g, pi, li in seen.get(hv, ()):
+            other = parts[pi][li] if pi < part else packed[keep[li]]
+            if np.array_equal(other, packed[i]):
+                got = g
+                break
+        if got is None:
+            got = n_rows + len(keep)
+            seen.setdefault(hv, []).append((got, part, len(keep)))  # its row once kept
+            keep.append(i)
+        gid[i] = got
+    return gid, np.array(keep, dtype=np.int64)
 
 
 def _rows_by_subset(r_start, r_node, r_state, start_of, subsets: _SubsetTable, trie, V: int):

@@ -629,3 +629,30 @@ def test_expand_members_lists_every_member_in_order(share):
         idx, mem = _expand_members(sub, sid)
         want = [(i, q) for i, s in enumerate(sid.tolist()) for q in sub.members[s]]
         assert list(zip(idx.tolist(), mem.tolist())) == want
+
+
+def test_new_rows_numbers_repeated_rows_once():
+    """Packed rows of later walk chunks that equal earlier ones (across chunks, or hash
+    collisions that differ) get the earlier number; the new ones are kept in order."""
+    rng = np.random.default_rng(5)
+    pool = rng.integers(0, 2**32, size=(6, 5), dtype=np.uint64).astype(np.uint32)
+    parts: list[np.ndarray] = []
+    seen: dict = {}
+    content: list[bytes] = []  # by number
+    n_rows = 0
+    for chunk in ([0, 1, 2], [2, 3, 0, 4], [5, 1], [3]):  # a chunk's own rows are distinct
+        packed = pool[chunk]
+        h = np.zeros(packed.shape[0], dtype=np.uint64)  # every hash equal: content decides
+        gid, keep = L._new_rows(packed, h, parts, seen, n_rows)
+        for i in range(packed.shape[0]):
+            b = packed[i].tobytes()
+            if b in content:
+                assert gid[i] == content.index(b)
+            else:
+                content.append(b)
+                assert gid[i] == len(content) - 1
+        parts.append(packed[keep])
+        n_rows += keep.size
+    assert n_rows == len(content) == 6
+    np.testing.assert_array_equal(np.concatenate(parts),
+                                  np.frombuffer(b"".join(content), dtype=np.uint32).reshape(6, 5))
