@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ranges", "run_starts", "sorted_unique", "stable_argsort", "unique_inverse"]
+__all__ = ["arange_view", "ranges", "run_starts", "sorted_unique", "stable_argsort",
+           "unique_inverse"]
 
 
 def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -72,3 +73,19 @@ def unique_inverse(key: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]
 
 # Largest key range unique_inverse scans densely (a bool table and an int64 rank: 9 MB).
 _DENSE_UNIQUE = 1 << 20
+
+
+_ARANGE = np.arange(1 << 16, dtype=np.int64)
+_ARANGE.flags.writeable = False
+
+
+def arange_view(n: int) -> np.ndarray:
+    """``np.arange(n)`` (int64) as a read-only view of a shared array grown on demand (the walk
+    adds one to every frontier's children: an arange of that size per step otherwise)."""
+    global _ARANGE
+    a = _ARANGE
+    if a.size < n:
+        a = np.arange(max(n, 2 * a.size), dtype=np.int64)
+        a.flags.writeable = False
+        _ARANGE = a
+    return a[:n]

@@ -59,7 +59,7 @@ from .lift import LiftedEdges, lift
 from .lift_budget import lift_budget
 from .nfa import ByteNFA
 from .progress import compile_stage, report
-from .token_rows import SparseRows, dedup_rows, dedup_sets, pack_rows, take_rows
+from .token_rows import SparseRows, _or_groups, dedup_rows, dedup_sets, pack_rows, take_rows
 from .vocabulary import TokenVocabulary, require_vocabulary
 
 __all__ = ["TokenAutomaton", "LabelMatrix", "EdgeHMM", "FORMAT_VERSION", "pack_bits",
@@ -726,27 +726,6 @@ def _pack_label_rows(
 # Label rows stay sparse while their pairs are fewer than 1/20 of their words (the sort of a
 # pair costs about 20 words of a dense pack; see pack_rows).
 _SPARSE_WORDS_PER_PAIR = 20
-
-
-# Rows gathered per reduceat in _or_groups: 256 Llama-3 rows are 4 MB (kb_1007: 8,724 rows of
-# 2,329 combinations were gathered at once, 140 MB of fresh pages; 0.19 s -> 0.05 s in chunks,
-# measured here).
-_OR_CHUNK_ROWS = 256
-
-
-def _or_groups(rows: np.ndarray, ref: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """uint32 [len(starts), W]: the OR of ``rows[ref[starts[i]:starts[i+1]]]`` per group ``i``
-    (``starts`` increasing from 0, every group non-empty), gathering a bounded number of rows
-    at a time."""
-    G = starts.size
-    out = np.empty((G, rows.shape[1]), dtype=rows.dtype)
-    cuts = np.searchsorted(starts, np.arange(0, ref.size, _OR_CHUNK_ROWS), side="right") - 1
-    cuts = sorted_unique(np.append(cuts, G))
-    ends = np.append(starts[1:], ref.size)
-    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
-        lo, hi = int(starts[a]), int(ends[b - 1])
-        np.bitwise_or.reduceat(rows[ref[lo:hi]], starts[a:b] - lo, axis=0, out=out[a:b])
-    return out
 
 
 def _merge_rows(explicit, label_of_edge, kept_key, r_key, row_id, rows, row_hash=None):

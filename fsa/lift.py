@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arrays import arange_view as _arange
 from .arrays import ranges as _ranges
 from .arrays import run_starts as _run_starts
 from .arrays import sorted_unique
@@ -90,7 +91,7 @@ from .lift_subsets import (
 )
 from .nfa import ByteNFA, byte_classes, finalize
 from .progress import report
-from .token_rows import SparseRows, _pack_sets, _row_hashes, dedup_sets, pack_rows
+from .token_rows import SparseRows, _new_rows, _pack_sets, _row_hashes, dedup_sets, pack_rows
 from .token_rows import dedup_rows as dedup_rows
 from .token_rows import take_rows as take_rows
 from .vocabulary import TokenVocabulary
@@ -185,22 +186,6 @@ def _plain_walk_estimate(subsets: _SubsetTable, start_sets: np.ndarray,
         if stop_at is not None and total >= stop_at:
             break
     return total
-
-
-_ARANGE = np.arange(1 << 16, dtype=np.int64)
-_ARANGE.flags.writeable = False
-
-
-def _arange(n: int) -> np.ndarray:
-    """``np.arange(n)`` (int64) as a read-only view of a shared array grown on demand (the walk
-    adds one to every frontier's children: an arange of that size per step otherwise)."""
-    global _ARANGE
-    a = _ARANGE
-    if a.size < n:
-        a = np.arange(max(n, 2 * a.size), dtype=np.int64)
-        a.flags.writeable = False
-        _ARANGE = a
-    return a[:n]
 
 
 def _degrees(trie) -> tuple[np.ndarray, np.ndarray]:
@@ -778,34 +763,6 @@ _WALK_RECORDS = 4_000_000
 # Walk frontiers above this size are deduplicated per depth.  Spider SQL "over", Llama-3: 64M
 # records of which 21M distinct (continuations reaching one node by several paths).
 _DEDUP_MIN = 100_000
-
-
-def _new_rows(packed: np.ndarray, h: np.ndarray, parts: list[np.ndarray],
-              seen: dict[int, list[tuple[int, int, int]]], n_rows: int
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """Number a walk chunk's packed rows (uint32 [P, W], hashes ``h``) after the rows of the
-    chunks before (``parts``, ``n_rows`` in all): a row equal to an earlier one gets its number,
-    the others new numbers in order.  Returns (number per row int64 [P], indices of the new
-    rows).  ``seen`` (hash -> (number, part, row)) is updated.  Chunks of one walk share many
-    rows (the starts of one component copy fall in different chunks): 4M-record chunks of an
-    every-serialization Kubernetes schema held 38k rows, over the lift's budget, where one
-    chunk's rows were deduplicated only among themselves."""
-    gid = np.empty(packed.shape[0], dtype=np.int64)
-    keep: list[int] = []
-    part = len(parts)
-    for i, hv in enumerate(h.tolist()):
-        got = None
-        for g, pi, li in seen.get(hv, ()):
-            other = parts[pi][li] if pi < part else packed[keep[li]]
-            if np.array_equal(other, packed[i]):
-                got = g
-                break
-        if got is None:
-            got = n_rows + len(keep)
-            seen.setdefault(hv, []).append((got, part, len(keep)))  # its row once kept
-            keep.append(i)
-        gid[i] = got
-    return gid, np.array(keep, dtype=np.int64)
 
 
 def _rows_by_subset(r_start, r_node, r_state, start_of, subsets: _SubsetTable, trie, V: int):

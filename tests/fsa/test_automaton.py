@@ -702,9 +702,9 @@ def test_load_reads_version_1_files(packed_file, gpt2_vocab, tmp_path):
 @pytest.mark.parametrize("chunk", [256, 1, 3, 7])
 def test_or_groups_is_reduceat(chunk, monkeypatch):
     """The shared-row ORs of _merge_rows, gathered a few rows at a time, equal one reduceat."""
-    import tractable.fsa.automaton as AM
+    import tractable.fsa.token_rows as TR
 
-    monkeypatch.setattr(AM, "_OR_CHUNK_ROWS", chunk)
+    monkeypatch.setattr(TR, "_OR_CHUNK_ROWS", chunk)
     rng = np.random.default_rng(chunk)
     for _ in range(100):
         L, W, G = (int(x) for x in rng.integers(1, [40, 9, 30]))
@@ -713,4 +713,4 @@ def test_or_groups_is_reduceat(chunk, monkeypatch):
         ref = rng.integers(0, L, int(cnt.sum()))
         starts = np.cumsum(cnt) - cnt
         want = np.bitwise_or.reduceat(rows[ref], starts, axis=0)
-        np.testing.assert_array_equal(AM._or_groups(rows, ref, starts), want)
+        np.testing.assert_array_equal(TR._or_groups(rows, ref, starts), want)

@@ -643,7 +643,7 @@ def test_new_rows_numbers_repeated_rows_once():
     for chunk in ([0, 1, 2], [2, 3, 0, 4], [5, 1], [3]):  # a chunk's own rows are distinct
         packed = pool[chunk]
         h = np.zeros(packed.shape[0], dtype=np.uint64)  # every hash equal: content decides
-        gid, keep = L._new_rows(packed, h, parts, seen, n_rows)
+        gid, keep = TR._new_rows(packed, h, parts, seen, n_rows)
         for i in range(packed.shape[0]):
             b = packed[i].tobytes()
             if b in content:
