@@ -757,7 +757,7 @@ _EXPAND_LIMIT = 20_000_000
 # Records per walk chunk (an upper bound from subtree sizes; 3 int64 each, ~0.1 GB at 4M).
 # Smaller chunks keep each step's arrays small enough for the allocator to reuse freed memory
 # instead of mapping fresh pages: Kubernetes kb_1004-1011, 30M -> 4M: 60-160k -> 36-130k page
-# faults and 0.3-0.6 s less per compile on this VM, where a fresh page costs ~10 us and ~30 us
+# faults and 0.2-0.9 s less per compile on this VM, where a fresh page costs ~10 us and ~30 us
 # after the process idled (measured here); schemas below 4M records walk in one chunk as before.
 _WALK_RECORDS = 4_000_000
 # Walk frontiers above this size are deduplicated per depth.  Spider SQL "over", Llama-3: 64M
