@@ -365,6 +365,17 @@ def _token_hashes(n: int) -> np.ndarray:
     return h
 
 
+def _chunk_bounds(ends: np.ndarray, step: int) -> np.ndarray:
+    """Consecutive groups with cumulative sizes ``ends`` (int64 [G], increasing) cut into chunks
+    of about ``step`` elements: int64 [k+1] group bounds from 0 to G (a group larger than
+    ``step`` is a chunk of its own; every chunk holds at least one group)."""
+    if ends.size == 0:
+        return np.zeros(1, dtype=np.int64)
+    marks = np.arange(step, int(ends[-1]), step)
+    return sorted_unique(np.concatenate([[0], np.searchsorted(ends, marks, side="right"),
+                                         [ends.size]]))
+
+
 # Elements compared per pass in dedup_sets' verification (1M: ~40 MB of temporaries).
 _VERIFY_CHUNK = 1 << 20
 
@@ -398,10 +409,7 @@ def dedup_sets(tok: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         # (kb_1007: 6M elements of copies at once held ~230 MB of index and id arrays)
         check = check[counts[check] > 0]
         c = counts[check]
-        csum = np.cumsum(c)
-        cuts = sorted_unique(np.concatenate([
-            [0], np.searchsorted(csum, np.arange(_VERIFY_CHUNK, int(csum[-1]) if c.size else 0,
-                                                 _VERIFY_CHUNK), side="right"), [c.size]]))
+        cuts = _chunk_bounds(np.cumsum(c), _VERIFY_CHUNK)
         for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
             ch, cc = check[lo:hi], c[lo:hi]
             same = tok[_ranges(starts[ch], cc)] == tok[_ranges(starts[rep_of[ch]], cc)]
@@ -430,11 +438,9 @@ def _or_groups(rows: np.ndarray, ref: np.ndarray, starts: np.ndarray) -> np.ndar
     """uint32 [len(starts), W]: the OR of ``rows[ref[starts[i]:starts[i+1]]]`` per group ``i``
     (``starts`` increasing from 0, every group non-empty), gathering a bounded number of rows
     at a time."""
-    G = starts.size
-    out = np.empty((G, rows.shape[1]), dtype=rows.dtype)
-    cuts = np.searchsorted(starts, np.arange(0, ref.size, _OR_CHUNK_ROWS), side="right") - 1
-    cuts = sorted_unique(np.append(cuts, G))
+    out = np.empty((starts.size, rows.shape[1]), dtype=rows.dtype)
     ends = np.append(starts[1:], ref.size)
+    cuts = _chunk_bounds(ends, _OR_CHUNK_ROWS)
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
         lo, hi = int(starts[a]), int(ends[b - 1])
         np.bitwise_or.reduceat(rows[ref[lo:hi]], starts[a:b] - lo, axis=0, out=out[a:b])

@@ -27,19 +27,17 @@ class _LazyNFA(ByteNFA):
 
     @property
     def edges(self) -> tuple:  # type: ignore[override]
-        got = self.__dict__.get("_out")
-        if got is None:
-            got = self._materialize()
-        return got[0]
+        return self._materialize()[0]
 
     @property
     def epsilons(self) -> tuple:  # type: ignore[override]
-        got = self.__dict__.get("_out")
-        if got is None:
-            got = self._materialize()
-        return got[1]
+        return self._materialize()[1]
 
     def _materialize(self) -> tuple[tuple, tuple]:
+        """(edges, epsilons), written on the first call."""
+        got = self.__dict__.get("_out")
+        if got is not None:
+            return got
         edges: list = []
         eps: list = []
         _flatten(self, 0, -1, -1, edges, eps)
