@@ -1,7 +1,8 @@
 """Integer-array primitives shared by the lift and the automaton (numpy, vectorized).
 
 :func:`ranges` (concatenated aranges), :func:`sorted_unique` and :func:`run_starts` (sort-based
-unique), :func:`stable_argsort` (radix passes over 16-bit digits) and :func:`unique_inverse`
+unique), :func:`first_of_distinct` (first occurrences of distinct int triples),
+:func:`stable_argsort` (radix passes over 16-bit digits) and :func:`unique_inverse`
 (``np.unique`` with inverse, by presence tables below ``_DENSE_UNIQUE``).  Packed token-set rows
 (``pack_rows``, ``SparseRows``, exact row dedup) are in :mod:`.token_rows`.
 """
@@ -10,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["arange_view", "ranges", "run_starts", "sorted_unique", "stable_argsort",
-           "unique_inverse"]
+__all__ = ["arange_view", "first_of_distinct", "ranges", "run_starts", "sorted_unique",
+           "stable_argsort", "unique_inverse"]
 
 
 def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -89,3 +90,17 @@ def arange_view(n: int) -> np.ndarray:
         a.flags.writeable = False
         _ARANGE = a
     return a[:n]
+
+
+def first_of_distinct(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """int64: the index of the first occurrence of each distinct triple ``(a[i], b[i], c[i])``
+    (non-negative ints), in sorted order of the triples: ``np.unique(np.stack([a, b, c]),
+    axis=1, return_index=True)[1]``, by one int64 key and a stable sort where the triples fit
+    in 62 bits (``np.unique`` over columns sorts structured rows: 0.43 s of a string's
+    maxLength 1000 in the every-serialization language, measured here)."""
+    nb, nc = int(b.max()) + 1, int(c.max()) + 1
+    if (int(a.max()) + 1) * nb * nc >= 2**62:
+        return np.unique(np.stack([a, b, c]), axis=1, return_index=True)[1]
+    key = (a.astype(np.int64) * nb + b) * nc + c
+    order = stable_argsort(key, (int(a.max()) + 1) * nb * nc)
+    return order[run_starts(key[order])]

@@ -16,6 +16,8 @@ destination) and the continuations that leave it by an exit at some byte-trie no
 :class:`_Entry`, the tokens reaching each state from one entry state by any first byte, listed
 by first byte; :class:`_EntryMask` (:func:`_entry_mask`), the part of an entry walk that an
 outside edge reading the byte mask m contributes (its tokens whose first byte is in m).
+:func:`_crossings`: where the copies' tokens cross out of their components (the lift's walk
+frontier).
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .arrays import first_of_distinct, sorted_unique
 from .arrays import ranges as _ranges
 from .arrays import run_starts as _run_starts
-from .arrays import sorted_unique
 from .class_trie import _byte_nodes_of
 from .lift_subsets import _edge_arrays
 from .nfa import ByteNFA
@@ -158,6 +160,9 @@ def _absorb_satellites_arrays(region: list[int], src: np.ndarray, dst: np.ndarra
     grown = []
     frontier = np.flatnonzero(rl >= 0)
     while frontier.size:
+        if frontier.size < _ABSORB_NARROW:
+            grown.append(_join_tail(frontier, rl, seen_r, seen_n, npred, sptr, succ, start))
+            break
         i, x = _neighbours(frontier, sptr, succ)
         r = rl[frontier][i]
         ok = (rl[x] == -1) & (x != start) & (seen_r[x] != -2)
@@ -187,11 +192,70 @@ def _absorb_satellites_arrays(region: list[int], src: np.ndarray, dst: np.ndarra
         np.logical_or.at(bad, i, rl[x] != rl[g][i])
         leave = g[bad]
         while leave.size:  # a leaver's grown predecessors now have a successor outside
+            if leave.size < _ABSORB_NARROW:
+                _leave_tail(leave, rl, is_grown, pptr, pred)
+                break
             is_grown[leave] = False
             rl[leave] = -1
             _, p = _neighbours(leave, pptr, pred)
             leave = sorted_unique(p[is_grown[p]])
     return rl.tolist()
+
+
+# A frontier round of the array version costs ~70 us of numpy calls; below this many states the
+# rest of the fixpoint runs as a worklist (Python, ~1 us a state).  A string's maxLength 1000
+# in the every-serialization language is a chain: 12k rounds of 1-2 states each, 0.88 s of
+# rounds (measured here); as a worklist tail ~20 ms.
+_ABSORB_NARROW = 32
+
+
+def _join_tail(work: np.ndarray, rl: np.ndarray, seen_r: np.ndarray, seen_n: np.ndarray,
+               npred: np.ndarray, sptr: np.ndarray, succ: np.ndarray, start: int) -> np.ndarray:
+    """The join fixpoint of :func:`_absorb_satellites_arrays` finished by a worklist from
+    ``work`` (states that joined but whose out-edges are not counted yet), as
+    :func:`_absorb_satellites_worklist` does it.  Mutates ``rl``, ``seen_r``, ``seen_n``;
+    returns the states that joined here (int64)."""
+    rl_l, sr, sn, npr = rl.tolist(), seen_r.tolist(), seen_n.tolist(), npred.tolist()
+    sp, su = sptr.tolist(), succ.tolist()
+    todo = work.tolist()
+    joined: list[int] = []
+    for p in todo:  # grows while iterating
+        r = rl_l[p]
+        for x in su[sp[p]:sp[p + 1]]:
+            if rl_l[x] != -1 or x == start or sr[x] == -2:
+                continue
+            if sr[x] == -1:
+                sr[x] = r
+            elif sr[x] != r:
+                sr[x] = -2
+                continue
+            sn[x] += 1
+            if sn[x] == npr[x]:
+                rl_l[x] = r
+                joined.append(x)
+                todo.append(x)
+    rl[:], seen_r[:], seen_n[:] = rl_l, sr, sn
+    return np.array(joined, dtype=np.int64)
+
+
+def _leave_tail(leave: np.ndarray, rl: np.ndarray, is_grown: np.ndarray, pptr: np.ndarray,
+                pred: np.ndarray) -> None:
+    """The leave fixpoint of :func:`_absorb_satellites_arrays` finished by a worklist from
+    ``leave``: each leaver and, transitively, its grown predecessors become free.  Mutates
+    ``rl`` and ``is_grown``."""
+    ig, pp, pr = is_grown.tolist(), pptr.tolist(), pred.tolist()
+    todo = leave.tolist()
+    for x in todo:
+        ig[x] = False
+    out: list[int] = []
+    for x in todo:  # grows while iterating
+        out.append(x)
+        for p in pr[pp[x]:pp[x + 1]]:
+            if ig[p]:
+                ig[p] = False
+                todo.append(p)
+    rl[out] = -1
+    is_grown[:] = ig
 
 
 def _components(nfa: ByteNFA) -> list[_Component]:
@@ -443,3 +507,32 @@ def _mask_bytes(mask: int) -> np.ndarray:
         if len(_MASK_BYTES) < 4096:
             _MASK_BYTES[mask] = out
     return out
+
+
+def _crossings(parts, single: np.ndarray, byte_node: np.ndarray | None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where tokens cross out of components: int64 [k] (start state, trie node, subset id).
+
+    ``parts``: per template (or entry group) ``(start_map [copies, *], exit_map [copies, *],
+    rel_start [c], byte [c], exit_col [c])``: copy ``i``'s crossing ``j`` starts at
+    ``start_map[i, rel_start[j]]``, reads ``byte[j]`` (the trie node under the root:
+    ``byte_node[byte]`` on the class trie, where a node may be missing: -1, dropped) and lands
+    in the singleton of ``exit_map[i, exit_col[j]]``.  Bytes of one class share a class-trie
+    node, so each template's crossings are deduplicated before they are copied (Kubernetes
+    kb_1004: 9.2M copied crossings were 1.6M distinct; 0.8 s of gathers and filters on the
+    copies before)."""
+    cs, cb, cd = [], [], []
+    for start_map, exit_map, rel, byte, col in parts:
+        node = byte if byte_node is None else byte_node[byte]
+        ok = node >= 0
+        if not ok.all():
+            rel, node, col = rel[ok], node[ok], col[ok]
+        if node.size > 1:
+            first = first_of_distinct(rel, node, col)
+            rel, node, col = rel[first], node[first], col[first]
+        copies = exit_map.shape[0]
+        cs.append(np.repeat(start_map[:, 0], rel.size) if start_map.shape[1] == 1
+                  else start_map[:, rel].reshape(-1))
+        cb.append(np.tile(node, copies))
+        cd.append(single[exit_map[:, col]].reshape(-1))
+    return np.concatenate(cs), np.concatenate(cb), np.concatenate(cd)

@@ -2,8 +2,8 @@
 
 The state set reached from a start state ``{s}`` after some bytes is kept as an interned subset
 id in a :class:`_SubsetTable`: ``members[i]`` is subset i's sorted tuple of NFA states (id 0 the
-empty, dead set) and ``table[i, c]`` the subset reached from i by a byte of class c (bytes no
-edge distinguishes share a class), -1 until row i is expanded.  Rows are filled on demand
+empty, dead set) and ``table[i, c]`` (int32) the subset reached from i by a byte of class c
+(bytes no edge distinguishes share a class), -1 until row i is expanded.  Rows are filled on demand
 (:meth:`_SubsetTable.expand`, :meth:`_SubsetTable.expand_singletons`, :func:`_expand_missing`).
 Subsets only ever arise from token-length walks out of a single state; the automaton itself is
 never determinized.
@@ -93,7 +93,9 @@ class _SubsetTable:
         # NFA state, as here before) or grown by intern: allocating them here as well cost a
         # second [states, classes] array (kb_1004: 86 MB)
         self._rows_hint = max(64, nfa.num_states + 1)
-        self.table = np.full((64, ncls), -1, dtype=np.int64)
+        # int32: half the memory of int64 (kb_1004: 53 MB instead of 107 MB, each page touched
+        # first in the compile) and of the walks' random gathers; ids stay below _MAX_SUBSETS
+        self.table = np.full((64, ncls), -1, dtype=_TABLE_DTYPE)
         self.table[0, :] = 0  # the dead set goes nowhere
         # whether each row is filled: the walks test this for every frontier entry, and a
         # byte per subset stays in cache where the table's first column did not (kb_1004)
@@ -132,7 +134,8 @@ class _SubsetTable:
         old = self.table
         if rows <= old.shape[0]:
             return
-        new = np.empty((rows, self.num_classes), dtype=np.int64)
+        _check_subsets(rows)
+        new = np.empty((rows, self.num_classes), dtype=_TABLE_DTYPE)
         new[:old.shape[0]] = old
         new[old.shape[0]:] = -1
         self.table = new
@@ -153,7 +156,8 @@ class _SubsetTable:
         # holds only the dead set's row, so it is allocated afresh rather than copied
         rows = max(n + 1 + n // 4, self._rows_hint)
         if rows > self.table.shape[0]:
-            self.table = np.full((rows, self.num_classes), -1, dtype=np.int64)
+            _check_subsets(rows)
+            self.table = np.full((rows, self.num_classes), -1, dtype=_TABLE_DTYPE)
             self.table[0, :] = 0
             self.done = np.zeros(rows, dtype=bool)
             self.done[0] = True
@@ -170,7 +174,7 @@ class _SubsetTable:
                         nxt[c] = {d}
                     else:
                         x.add(d)
-        row = np.zeros(self.num_classes, dtype=np.int64)
+        row = np.zeros(self.num_classes, dtype=_TABLE_DTYPE)
         for c, x in nxt.items():
             row[c] = self.intern(tuple(sorted(x)) if len(x) > 1 else (next(iter(x)),))
         self.table[sid, :] = row
@@ -214,6 +218,22 @@ class _SubsetTable:
         s0 = sc[first]
         table.reshape(-1)[single[s0 // C] * C + s0 % C] = val
         self.expanded += int(q.size)
+
+
+# The subset table's entries (subset ids).  int32 holds 2^31 - 1 subsets: a table of that
+# many rows would take 8 GiB per byte class, far past the lift's memory budget (lift_budget).
+_TABLE_DTYPE = np.int32
+_MAX_SUBSETS = 2**31 - 1
+
+
+def _check_subsets(rows: int) -> None:
+    """Raise :class:`~.errors.LiftSizeError` where ``rows`` subset ids would not fit the
+    table's int32 entries."""
+    if rows > _MAX_SUBSETS:
+        from .errors import LiftSizeError
+
+        raise LiftSizeError(f"{rows:,} interned state sets (int32 subset table)", rows,
+                            _MAX_SUBSETS)
 
 
 def _expand_missing(subsets: _SubsetTable, sids: np.ndarray) -> None:

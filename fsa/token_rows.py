@@ -295,9 +295,15 @@ def _rows_equal(parts: list, offs: np.ndarray, a: np.ndarray, b: np.ndarray) -> 
             same[s_] = ok
         eq[m] = same
     d = np.nonzero(dense)[0]
-    if d.size:
-        eq[d] = (take_rows(parts, a[d]) == take_rows(parts, b[d])).all(axis=1)
+    # in chunks of rows: kb_1004 compares ~2.9k dense pairs, 2 x 46 MB gathered at once (fresh
+    # pages each time on this VM) where 2 x 4 MB chunks reuse the same memory
+    for i in range(0, d.size, _EQUAL_CHUNK_ROWS):
+        di = d[i:i + _EQUAL_CHUNK_ROWS]
+        eq[di] = (take_rows(parts, a[di]) == take_rows(parts, b[di])).all(axis=1)
     return eq
+
+
+_EQUAL_CHUNK_ROWS = 256
 
 
 def dedup_rows(table, refs, hashes: list | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -393,8 +399,15 @@ def dedup_sets(tok: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         return np.zeros(0, dtype=np.int64), []
     counts = ends - starts
     h1 = _token_hashes(int(tok.max()) + 1 if tok.size else 1)
-    vals = h1[tok] if tok.size else np.zeros(0, dtype=np.int64)
-    csum = np.concatenate([[0], np.cumsum(vals, dtype=np.int64)])  # wraps: fine for hashing
+    # prefix sums of the ids' hashes (int64, wrapping: fine for hashing), filled a chunk at a
+    # time: kb_1004's 9M ids took 3 arrays of 73 MB at once (hashes, sums, a copy), ~0.2 s
+    csum = np.empty(tok.size + 1, dtype=np.int64)
+    csum[0] = 0
+    for a in range(0, tok.size, _VERIFY_CHUNK):
+        b = min(a + _VERIFY_CHUNK, tok.size)
+        part = csum[a + 1:b + 1]
+        np.cumsum(h1[tok[a:b]], dtype=np.int64, out=part)
+        part += csum[a]
     hashes = csum[ends] - csum[starts]
     # one int64 key (size mixed into the hash; equal keys are verified below): np.unique on a
     # 1-D key is several times faster than on [n, 2] rows

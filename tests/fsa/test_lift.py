@@ -240,16 +240,28 @@ def test_subtree_sizes(gpt2_vocab):
 
 
 def test_chunked_walk_with_explicit_pairs(llama3_vocab):
-    # several walk chunks, each listed explicitly (no packed rows): equal to one walk
+    # several walk chunks, each listed explicitly (no packed rows): equal to one walk, and the
+    # chunks' keys (ranges of source states) concatenate into the same sorted, unique pairs
+    import numpy as np
+
     nfa = N.finalize(json_schema_to_nfa(SCHEMAS[2]))
-    ref, _ = _build(nfa, llama3_vocab, True)
-    old = L._DEDUP_MIN, L._WALK_RECORDS
-    L._DEDUP_MIN, L._WALK_RECORDS = 0, 5000
+    ref, ref_lifted = _build(nfa, llama3_vocab, True)
+    old = L._DEDUP_MIN, L._WALK_RECORDS, L._walk
+    walks = []
+
+    def counted(*a, **k):
+        walks.append(1)
+        return old[2](*a, **k)
+
+    L._DEDUP_MIN, L._WALK_RECORDS, L._walk = 0, 5000, counted
     try:
-        got, _ = _build(nfa, llama3_vocab, True)
+        got, lifted = _build(nfa, llama3_vocab, True)
     finally:
-        L._DEDUP_MIN, L._WALK_RECORDS = old
+        L._DEDUP_MIN, L._WALK_RECORDS, L._walk = old
+    assert len(walks) > 2  # several chunks were walked
     _assert_same(got, ref)
+    for f in ("pair_src", "pair_dst", "pair_grp"):
+        assert np.array_equal(getattr(lifted, f), getattr(ref_lifted, f)), f
 
 
 def test_unique_inverse_matches_numpy(monkeypatch):
@@ -410,11 +422,13 @@ def test_dedup_rows_matches_bytes(width):
         assert np.array_equal(L.take_rows(parts, idx), table[idx])
 
 
-@pytest.mark.parametrize("width", [4, 5])
-def test_dedup_rows_settles_hash_collisions(width, monkeypatch):
-    """With every hash equal, distinct rows still get distinct numbers."""
+@pytest.mark.parametrize("width,chunk", [(4, 256), (5, 256), (4, 1), (5, 3)])
+def test_dedup_rows_settles_hash_collisions(width, chunk, monkeypatch):
+    """With every hash equal, distinct rows still get distinct numbers (the rows compared
+    ``chunk`` pairs at a time)."""
     monkeypatch.setattr(TR, "_ROW_HASH", {3: np.zeros(3, dtype=np.uint64),
                                          2: np.zeros(2, dtype=np.uint64)})
+    monkeypatch.setattr(TR, "_EQUAL_CHUNK_ROWS", chunk)
     rng = np.random.default_rng(5)
     for _ in range(100):
         table = rng.integers(0, 2, size=(int(rng.integers(1, 12)), width)).astype(np.uint32)
@@ -558,8 +572,17 @@ def _absorb_both(nfa: N.ByteNFA):
     loops = set(np.unique(lab[src[inner]]).tolist())
     region = [c if c in loops else -1 for c in lab.tolist()]
     a = LC._absorb_satellites_worklist(region, src, dst, S, nfa.start)
-    b = LC._absorb_satellites_arrays(region, src, dst, S, nfa.start)
-    return a, b, region
+    # the array version with its worklist tails never taken (0), always (2^62) and in between
+    old = LC._ABSORB_NARROW
+    try:
+        got = []
+        for narrow in (0, 3, 2**62):
+            LC._ABSORB_NARROW = narrow
+            got.append(LC._absorb_satellites_arrays(region, src, dst, S, nfa.start))
+    finally:
+        LC._ABSORB_NARROW = old
+    assert got[1] == got[0] and got[2] == got[0]
+    return a, got[0], region
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -656,3 +679,17 @@ def test_new_rows_numbers_repeated_rows_once():
     assert n_rows == len(content) == 6
     np.testing.assert_array_equal(np.concatenate(parts),
                                   np.frombuffer(b"".join(content), dtype=np.uint32).reshape(6, 5))
+
+
+def test_first_of_distinct_matches_numpy_unique_over_columns():
+    """One int64 key and a stable sort give ``np.unique(axis=1, return_index=True)``'s
+    indices: first occurrences, in sorted order of the triples (also past the 62-bit key)."""
+    import numpy as np
+    from tractable.fsa.arrays import first_of_distinct
+
+    rng = np.random.default_rng(17)
+    for bound in ((3, 4, 2), (50, 7, 9), (2**40, 2**20, 3), (1, 1, 1)):
+        for n in (1, 2, 30, 500):
+            a, b, c = (rng.integers(0, x, n) for x in bound)
+            want = np.unique(np.stack([a, b, c]), axis=1, return_index=True)[1]
+            np.testing.assert_array_equal(first_of_distinct(a, b, c), want)
