@@ -206,6 +206,25 @@ def _escape_into(o: _Out, src: int, cps: list[tuple[int, int]], dst: int) -> Non
 
 
 @functools.cache
+def _ascii_runs(mask: int) -> tuple[tuple[int, int], ...]:
+    """Runs of the ASCII code points in ``mask`` other than ``"`` (cached: one mask per
+    character class, read at every boundary state of a string)."""
+    return tuple(_merge([(b, b) for b in range(0x80) if mask >> b & 1 and b != _QUOTE]))
+
+
+@functools.cache
+def _short_letters(mask: int) -> tuple[int, ...]:
+    """The short-escape letters (after ``\\``) in ``mask``, ascending (cached)."""
+    return tuple(x for x in range(0x80) if mask >> x & 1 and x in _SHORT_INV)
+
+
+@functools.cache
+def _hex_digits(mask: int) -> tuple[int, ...]:
+    """The values of the lowercase hex digits in ``mask``, ascending (cached)."""
+    return tuple(di for di, ch in enumerate(_HEX_LOWER) if mask >> ch & 1)
+
+
+@functools.cache
 def _cont_payload_runs(mask: int) -> tuple[tuple[int, int], ...]:
     """Runs of 6-bit payloads of the continuation bytes in ``mask`` (cached: a handful of
     distinct masks, ~10k calls per Kubernetes schema)."""
@@ -257,9 +276,9 @@ def all_spellings(a: ByteNFA) -> ByteNFA:
             if ascii_m:
                 o.edges.append((p, ascii_m, d))
                 mark(d, 0)
-                vals = [b for b in range(0x80) if ascii_m >> b & 1 and b != _QUOTE]
-                if vals:
-                    cps.setdefault(d, []).extend(_merge([(v, v) for v in vals]))
+                runs = _ascii_runs(ascii_m)
+                if runs:
+                    cps.setdefault(d, []).extend(runs)
             if m >> _BACKSLASH & 1:
                 _escape_paths(out, d, p, cps, mark)
             for lead_lo, lead_hi, k in ((0xC2, 0xDF, 1), (0xE0, 0xEF, 2), (0xF0, 0xF4, 3)):
@@ -327,11 +346,10 @@ def _escape_paths(out, s1: int, p: int, cps, mark) -> None:
     destination.  Their edges are not kept: :func:`_escape_into` re-adds every spelling."""
     mark(s1, 1)
     for m, d in out[s1]:
-        for letter in range(0x80):
-            if m >> letter & 1 and letter in _SHORT_INV:
-                mark(d, 0)
-                c = _SHORT_INV[letter]
-                cps.setdefault(d, []).append((c, c))
+        for letter in _short_letters(m):
+            mark(d, 0)
+            c = _SHORT_INV[letter]
+            cps.setdefault(d, []).append((c, c))
         if not m >> 0x75 & 1:
             continue
         # u 0 0 h h (canonical: lowercase, controls only)
@@ -341,9 +359,8 @@ def _escape_paths(out, s1: int, p: int, cps, mark) -> None:
             for st, val in frontier:
                 mark(st, 1)
                 for m2, d2 in out[st]:
-                    for di, ch in enumerate(_HEX_LOWER):
-                        if m2 >> ch & 1:
-                            nxt.append((d2, val * 16 + di))
+                    for di in _hex_digits(m2):
+                        nxt.append((d2, val * 16 + di))
             frontier = nxt
         for st, val in frontier:
             mark(st, 0)
