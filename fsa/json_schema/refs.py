@@ -95,9 +95,9 @@ class RefResolver:
             return None
         if self.draft <= 7 and "$ref" in node:
             return None  # before 2019-09 every sibling of $ref is ignored, $id included
-        v = node.get("$id")
-        if v is None and self.draft <= 4:
-            v = node.get("id")
+        # draft 4 and earlier name a resource by "id" only ("$id" is not a keyword there and
+        # must not move the base URI: JsonSchemaStore's cryproj schemas); later drafts by "$id"
+        v = node.get("id" if self.draft <= 4 else "$id")
         return v if isinstance(v, str) else None
 
     def _index(self, node: Any, ptr: str, base: str, root: bool = False) -> None:

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 from test_json_schema import _nfa
 from tractable.fsa import nfa as N
-from tractable.fsa.errors import UnsupportedSchemaError
+from tractable.fsa.errors import InvalidSchemaError, UnsupportedSchemaError
 from tractable.fsa.json_schema import (
     compile_json_schema,
     json_schema_to_nfa,
@@ -63,6 +63,25 @@ def test_relative_refs_against_nested_ids():
     assert N.matches(a, b'{"i":true,"c":2}')
     assert not N.matches(a, b'{"i":"s"}')  # the root's #/$defs/d is not the one meant
     assert not N.matches(a, b'{"c":3}')
+
+
+def test_draft4_ignores_dollar_id_and_later_drafts_ignore_id():
+    """Draft 4 names resources by ``id``; a ``$id`` there is an unknown keyword and does not
+    move the base URI (``jsonschema``'s Draft4Validator agrees); from draft 6 on it is the
+    other way round."""
+    d4 = "http://json-schema.org/draft-04/schema#"
+    d7 = "http://json-schema.org/draft-07/schema#"
+    for draft, ignored, used in ((d4, "$id", "id"), (d7, "id", "$id")):
+        inner = {"type": "object", "properties": {"y": {"$ref": "#/definitions/a"}}}
+        ok = {"$schema": draft, "definitions": {"a": {"type": "string"}}, "type": "object",
+              "properties": {"x": dict(inner, **{ignored: "/x"})}}
+        a = _nfa(ok)
+        for inst, want in (({"x": {"y": "s"}}, True), ({"x": {"y": 1}}, False)):
+            assert N.matches(a, json.dumps(inst, separators=(",", ":")).encode()) is want
+            assert jsonschema.validators.validator_for(ok)(ok).is_valid(inst) is want
+        moved = dict(ok, properties={"x": dict(inner, **{used: "/x"})})
+        with pytest.raises(InvalidSchemaError, match="does not resolve"):
+            _nfa(moved)
 
 
 def test_remote_recursive_ref_is_unrolled():
