@@ -1,7 +1,8 @@
 """``apply_token_bitmask`` / ``apply_token_bitmask_inplace`` against the definition
 (``scores.masked_fill(~allowed, -inf)``), on both CPU paths (sparse words, mixed words), with
-adjacent equal rows (reused bounds), strided scores, masks narrower and wider than the scores,
-several threads at once, and in a processor with ``inplace=True``."""
+adjacent equal rows (reused bounds), masks met again (the thread's bounds cache), strided
+scores, masks narrower and wider than the scores, several threads at once, and in a processor
+with ``inplace=True``."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def test_masks_narrower_and_wider_than_the_scores():
 
 
 def test_threads_with_different_shapes_do_not_share_bounds():
-    """The mixed path's row buffer is per thread: concurrent calls of different widths stay
+    """The mixed path's bounds cache is per thread: concurrent calls of different widths stay
     exact."""
     errors: list[str] = []
 
@@ -126,6 +127,30 @@ def test_threads_with_different_shapes_do_not_share_bounds():
     for t in ts:
         t.join()
     assert not errors
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_cached_bounds_of_recent_masks_stay_exact(collide, monkeypatch):
+    """Masks met again are served from the thread's bounds cache: a cycle of more distinct
+    mixed masks than it keeps (evictions, reused arrays), repeated masks, rows equal to earlier
+    but not adjacent rows; with every fingerprint equal too (a hit needs the exact mask)."""
+    monkeypatch.setattr(TB, "_SPARSE_WORDS", -1.0)  # the mixed path
+    monkeypatch.setattr(TB, "_BOUNDS_KEPT", 3)
+    monkeypatch.setattr(TB._local, "bounds", None, raising=False)
+    if collide:
+        monkeypatch.setattr(TB, "_fingerprint", lambda row: 0)
+    g = torch.Generator().manual_seed(7)
+    V = 1000
+    pool = _masks(5, V, 0.7, g)
+    pool[4] = pool[3]
+    pool[4, 17] = ~pool[4, 17]  # one bit from another mask (same length, different content)
+    for step in range(40):
+        idx = torch.randint(0, 5, (4,), generator=g)
+        allowed = pool[idx]
+        scores = torch.randn(4, V, generator=g)
+        assert torch.equal(apply_token_bitmask(scores, pack_bits(allowed)),
+                           _reference(scores, allowed)), step
+        assert len(TB._local.bounds.entries) <= 3
 
 
 def test_inplace_refuses_a_tensor_that_requires_grad():
