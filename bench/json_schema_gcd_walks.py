@@ -163,7 +163,6 @@ def _walk(A, vocab, schema, rng, r: int) -> dict:
 
 
 def _task(vocab, rec: dict, lang: str, walks: int, timeout: int, walk_timeout: int) -> dict:
-    import random
     import warnings
 
     from tractable.fsa.errors import (
@@ -210,6 +209,18 @@ def _task(vocab, rec: dict, lang: str, walks: int, timeout: int, walk_timeout: i
     m = A.min_tokens_to_accept()
     out["min_tokens"] = m
     out["status"] = "compiled"
+    run_walks(out, A, vocab, rec, lang, m, walks, walk_timeout)
+    return out
+
+
+def run_walks(out: dict, A, vocab, rec: dict, lang: str, m: int, walks: int,
+              walk_timeout: int) -> None:
+    """``walks`` GCD walks per budget of :func:`_budgets` (``m`` = the minimum) on ``A``, seeded
+    by record id, ``lang``, budget and walk, within ``walk_timeout`` seconds in all; written
+    into ``out`` (mutated): ``walks`` (per walk, :func:`_walk`'s record with its budget kind and
+    number), ``walk_timeout`` / ``walk_memory`` where the walks stopped, ``walk_seconds``."""
+    import random
+
     out["walks"] = []
     t1 = time.perf_counter()
     try:
@@ -232,7 +243,6 @@ def _task(vocab, rec: dict, lang: str, walks: int, timeout: int, walk_timeout: i
     except MemoryError:
         out["walk_memory"] = True
     out["walk_seconds"] = round(time.perf_counter() - t1, 3)
-    return out
 
 
 def _worker(inq, outq, mem_gib: float):

@@ -78,9 +78,8 @@ from harness import (
 from json_schema_gcd_walks import (
     _SCHEMA_MAPS,
     EXTRA,
-    _budgets,
     _md_escape,
-    _walk,
+    run_walks,
     source_state,
     without_unique,
 )
@@ -247,8 +246,6 @@ def _instances(A, vocab, tok, rec: dict, styles: list[str]) -> dict:
 
 def _task(vocab, tok, rec: dict, walks: int, timeout: int, walk_timeout: int,
           instance_timeout: int, styles: list[str]) -> dict:
-    import random
-
     from tractable.fsa.json_schema.unique_items import UniqueItemsAutomaton
 
     out = {"id": rec["id"], "subset": rec["subset"], "byte_pointer": rec["byte_pointer"],
@@ -273,28 +270,7 @@ def _task(vocab, tok, rec: dict, walks: int, timeout: int, walk_timeout: int,
     except Exception as e:  # noqa: BLE001 - a bug, reported
         out["instances_stopped"] = f"{type(e).__name__}: {e}"[:300]
     out["instance_seconds"] = round(time.perf_counter() - t1, 3)
-    out["walks"] = []
-    t2 = time.perf_counter()
-    try:
-        with time_limit(walk_timeout):
-            for kind, r in _budgets(m):
-                for k in range(walks):
-                    rng = random.Random(f"{rec['id']}|every|{r}|{k}")
-                    try:
-                        wr = _walk(A, vocab, rec["schema"], rng, r)
-                    except BenchTimeout:
-                        raise
-                    except Exception as e:  # noqa: BLE001 - a bug, reported
-                        wr = {"budget": r, "end": "error", "schema_valid": False,
-                              "valid_json": None, "tokens": None,
-                              "message": f"{type(e).__name__}: {e}"[:400], "text": ""}
-                    wr.update(budget_kind=kind, walk=k)
-                    out["walks"].append(wr)
-    except BenchTimeout:
-        out["walk_timeout"] = True
-    except MemoryError:
-        out["walk_memory"] = True
-    out["walk_seconds"] = round(time.perf_counter() - t2, 3)
+    run_walks(out, A, vocab, rec, "every", m, walks, walk_timeout)
     return out
 
 

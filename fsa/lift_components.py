@@ -99,23 +99,8 @@ def _absorb_satellites_worklist(region: list[int], src: np.ndarray, dst: np.ndar
     npred = pcount.tolist()
     seen_r = [-1] * S  # the region seen among a free state's predecessors so far (-2: several)
     seen_n = [0] * S
-    grown: list[int] = []
-    work = [q for q in range(S) if rl[q] >= 0]
-    for p in work:  # grows while iterating
-        r = rl[p]
-        for x in succs[sptr[p]:sptr[p + 1]]:
-            if rl[x] != -1 or x == start or seen_r[x] == -2:
-                continue
-            if seen_r[x] == -1:
-                seen_r[x] = r
-            elif seen_r[x] != r:
-                seen_r[x] = -2
-                continue
-            seen_n[x] += 1
-            if seen_n[x] == npred[x]:
-                rl[x] = r
-                grown.append(x)
-                work.append(x)
+    grown = _join_worklist([q for q in range(S) if rl[q] >= 0], rl, seen_r, seen_n, npred,
+                           sptr, succs, start)
     if grown:
         is_grown = [False] * S
         for x in grown:
@@ -215,27 +200,37 @@ def _join_tail(work: np.ndarray, rl: np.ndarray, seen_r: np.ndarray, seen_n: np.
     ``work`` (states that joined but whose out-edges are not counted yet), as
     :func:`_absorb_satellites_worklist` does it.  Mutates ``rl``, ``seen_r``, ``seen_n``;
     returns the states that joined here (int64)."""
-    rl_l, sr, sn, npr = rl.tolist(), seen_r.tolist(), seen_n.tolist(), npred.tolist()
-    sp, su = sptr.tolist(), succ.tolist()
-    todo = work.tolist()
-    joined: list[int] = []
-    for p in todo:  # grows while iterating
-        r = rl_l[p]
-        for x in su[sp[p]:sp[p + 1]]:
-            if rl_l[x] != -1 or x == start or sr[x] == -2:
-                continue
-            if sr[x] == -1:
-                sr[x] = r
-            elif sr[x] != r:
-                sr[x] = -2
-                continue
-            sn[x] += 1
-            if sn[x] == npr[x]:
-                rl_l[x] = r
-                joined.append(x)
-                todo.append(x)
+    rl_l, sr, sn = rl.tolist(), seen_r.tolist(), seen_n.tolist()
+    joined = _join_worklist(work.tolist(), rl_l, sr, sn, npred.tolist(), sptr.tolist(),
+                            succ.tolist(), start)
     rl[:], seen_r[:], seen_n[:] = rl_l, sr, sn
     return np.array(joined, dtype=np.int64)
+
+
+def _join_worklist(todo: list[int], rl: list[int], seen_r: list[int], seen_n: list[int],
+                   npred: list[int], sptr: list[int], succs: list[int], start: int) -> list[int]:
+    """The join fixpoint as a worklist (Python lists): ``todo`` holds joined states whose
+    out-edges are not counted yet (it grows); a free state other than ``start`` joins the
+    region of its predecessors once all of them (one per edge) lie in that one region.  Mutates
+    ``todo``, ``rl``, ``seen_r`` (-1: none seen, -2: several regions), ``seen_n``; returns the
+    states that joined, in order."""
+    joined: list[int] = []
+    for p in todo:  # grows while iterating
+        r = rl[p]
+        for x in succs[sptr[p]:sptr[p + 1]]:
+            if rl[x] != -1 or x == start or seen_r[x] == -2:
+                continue
+            if seen_r[x] == -1:
+                seen_r[x] = r
+            elif seen_r[x] != r:
+                seen_r[x] = -2
+                continue
+            seen_n[x] += 1
+            if seen_n[x] == npred[x]:
+                rl[x] = r
+                joined.append(x)
+                todo.append(x)
+    return joined
 
 
 def _leave_tail(leave: np.ndarray, rl: np.ndarray, is_grown: np.ndarray, pptr: np.ndarray,
