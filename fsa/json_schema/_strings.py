@@ -5,6 +5,7 @@ string keys that avoid a set of names, complements of contents, and the compiler
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .. import nfa as N
@@ -65,6 +66,12 @@ _CHAR = N.finalize(N.union(N.codepoints(_RAW_RANGES), _escapes(_SPECIAL_BYTES)))
 _BODY = N.finalize(N.star(_CHAR))
 _QUOTE = N.literal('"')
 _CONTENT = N.finalize(N.star(N.any_codepoint()))  # decoded string contents (valid UTF-8)
+
+
+@functools.cache
+def _spelled_char() -> ByteNFA:
+    """Every JSON spelling of one character (:data:`_CHAR`'s canonical spelling), finalized."""
+    return N.finalize(all_spellings(_CHAR))
 
 
 def _escape_subst(a: ByteNFA) -> ByteNFA:
@@ -247,6 +254,18 @@ class _StringsMixin(_CompilerBase):
         if self.canonical:
             return a
         hit = a._cache.get("spelled")
+        if hit is None and "length" in a._cache:
+            # a quoted length-bounded body (no pattern or format): every spelling of c{lo,hi}
+            # is (every spelling of c){lo,hi} (spellings are per character), so one character
+            # is spelled instead of the hi-state chain (maxLength 1000: ~0.25 s of per-state
+            # spelling) and the repetition stays one body (the lift's periodic template)
+            lo, hi = a._cache["length"]
+            key = ("spelled-length", lo, hi)
+            hit = _cached(key)
+            if hit is None:
+                hit = _share(key, N.concat(_QUOTE, N.finalize(N.repeat(_spelled_char(), lo, hi)),
+                                           _QUOTE))
+            a._cache["spelled"] = hit
         if hit is None:
             f = N.finalize(a, reduce=False)
             key = ("spelled", f.num_states, f.start, f.finals, f.edges)
@@ -340,6 +359,7 @@ class _StringsMixin(_CompilerBase):
             length = _cached(lkey)
             if length is None:
                 length = _share(lkey, N.finalize(N.repeat(_CHAR, lo, hi)))
+                length._cache["length"] = (lo, hi)
         if not constraints:
             return length
         out = constraints[0]
@@ -356,6 +376,8 @@ class _StringsMixin(_CompilerBase):
         hit = body._cache.get("quoted")  # shared bodies (length bounds, formats): one copy
         if hit is None:
             hit = body._cache["quoted"] = N.concat(_QUOTE, body, _QUOTE)
+            if "length" in body._cache:  # see _spell
+                hit._cache["length"] = body._cache["length"]
         return hit
 
     def _complement(self, a: ByteNFA, ptr: str, keyword: str = "patternProperties"

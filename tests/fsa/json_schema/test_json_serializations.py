@@ -101,6 +101,22 @@ def test_all_spellings_of_bounded_and_excluded_strings():
                lambda s: s not in ("ab", "é", "/"), ["a", "b", "é", "\\", "/"], rng, max_len=3)
 
 
+
+@pytest.mark.parametrize("lo,hi", [(0, 0), (0, 1), (1, 1), (2, 5), (5, 5), (3, None), (0, 40)])
+def test_length_bounded_strings_spelled_per_character(lo, hi):
+    # the compiler spells a length-bounded string as the repetition of one spelled character
+    # (no spelling pass over the hi-state chain): the same automaton as spelling the chain
+    schema = {"type": "string", "minLength": lo}
+    if hi is not None:
+        schema["maxLength"] = hi
+    comp = J.JsonSchemaCompiler(schema, canonical=False, whitespace="compact")
+    got = N.finalize(comp.build())
+    chain = N.concat(J._QUOTE, N.finalize(N.repeat(J._CHAR, lo, hi)), J._QUOTE)
+    want = N.finalize(all_spellings(chain))
+    assert (got.num_states, got.start, got.finals, got.edges) == (
+        want.num_states, want.start, want.finals, want.edges)
+    assert ("spelled-length", lo, hi) in J._SHARED  # the shortcut was taken
+
 def test_all_spellings_of_patterns_and_literals():
     rng = random.Random(2)
     content = N.finalize(regex_to_nfa("[a-zé😀/]+"))
