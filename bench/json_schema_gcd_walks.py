@@ -33,6 +33,25 @@ For schemas with ``uniqueItems``, a schema-valid walk "exercises" uniqueness whe
 fails the same schema with every ``uniqueItems: true`` replaced by ``maxItems: 1`` (a unique
 array held two or more items).
 
+Walk policies (``run_walks(..., policy=...)``; this bench always uses the default):
+``uniform`` (the above; its walks are the committed results) and ``long-arrays``, for callers
+that want arrays with several items (``bench/json_schema_unique_items_coverage.py --policy``).
+Uniform walks in the every-serialization language are mostly whitespace (Llama-3 has 423
+whitespace-only ids) and their strings run until the budget forces a ``"`` (622 of the 128k
+ids start with one), so they almost never complete two items of an array.  ``long-arrays``
+draws among the same allowed ids (the mask is never widened: the GCD budget guarantee is that
+of ``uniform``) in two stages: each id's *class* is the first byte of its text after leading
+JSON whitespace -- ``]``, ``,``, ``"``, whitespace only, or other (``LONG_ARRAYS``); a class
+is drawn among the classes that have an allowed id, with the weights ``]`` 1/10 (close arrays
+seldom), ``,`` 3 (separators: another item or property), ``"`` 3 (open and close strings: short
+strings), whitespace 3/10, other 1; then an allowed id of that class, uniformly (seeded as
+``uniform`` plus ``|long-arrays``).  The classes do not know the context: inside a string
+``,`` and ``]`` are text, and a ``"`` id closes it.  ``count_removed=True`` also counts,
+on a ``UniqueItemsAutomaton``, the steps where the uniqueness check removed a token: at the
+same state and budget, the ids allowed by the underlying automaton's mask
+(``A.automaton.allowed``, uniqueness ignored) but not by ``A.allowed`` (a
+``UniqueItemsDeadEndError`` step: all of them).
+
 Usage: OMP_NUM_THREADS=1 python bench/json_schema_gcd_walks.py [--per-subset 8] [--unique 15]
     [--walks 5] [--timeout 30] [--walk-timeout 150] [--jobs 2] [--mem-gib 8]
 Writes bench/results/json_schema_gcd_walks.{md,json}.
@@ -69,6 +88,9 @@ UNIQUE_GROUP = "JsonSchemaStore+uniqueItems"
 ARRAY_GROUP = "uniqueItems arrays (extracted)"
 LANGS = {"every": {"canonical": False}, "canonical": {"canonical": True}}
 EXTRA = 64  # the m+64 budget
+POLICIES = ("uniform", "long-arrays")
+# long-arrays: class (first byte after leading JSON whitespace) -> weight; "" = whitespace only
+LONG_ARRAYS = {"]": 0.1, ",": 3.0, '"': 3.0, "": 0.3, "other": 1.0}
 TEXT_CHARS = 600  # text kept per walk record (failures: the whole head of the text)
 # keywords whose value maps names to schemas (their keys are not keywords)
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
@@ -112,12 +134,45 @@ def _budgets(m: int) -> list[tuple[str, int]]:
     return [(k, r) for r, k in sorted(out.items())]
 
 
-def _walk(A, vocab, schema, rng, r: int) -> dict:
+_CLASSES: dict = {}  # id(vocab) -> (vocab, int64 [V] class of each id)
+
+
+def policy_classes(vocab, policy: str):
+    """``long-arrays``: (int64 [V] class index of each id, float64 [K] class weights), the
+    classes in ``LONG_ARRAYS`` order (ids without text: other); None for ``uniform``."""
+    import numpy as np
+
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if policy == "uniform":
+        return None
+    names = list(LONG_ARRAYS)
+    hit = _CLASSES.get(id(vocab))
+    if hit is None or hit[0] is not vocab:
+        index = {k.encode(): i for i, k in enumerate(names) if k != "other"}
+        other = names.index("other")
+        cls = np.full(vocab.size, other, dtype=np.int64)
+        for i, b in enumerate(vocab.token_bytes):
+            if b:
+                cls[i] = index.get(b.lstrip(b" \t\n\r")[:1], other)
+        hit = _CLASSES[id(vocab)] = (vocab, cls)
+    return hit[1], np.array([LONG_ARRAYS[k] for k in names], dtype=np.float64)
+
+
+def _walk(A, vocab, schema, rng, r: int, policy: str = "uniform",
+          count_removed: bool = False) -> dict:
+    import numpy as np
     import torch
-    from tractable.fsa.json_schema.unique_items import UniqueItemsDeadEndError
+    from tractable.fsa.json_schema.unique_items import (
+        UniqueItemsAutomaton,
+        UniqueItemsDeadEndError,
+    )
 
     from tractable.testing.json_schema import check_instance_text
 
+    classes = policy_classes(vocab, policy)
+    count_removed = count_removed and isinstance(A, UniqueItemsAutomaton)
+    removed_steps = removed_tokens = 0
     eos = set(A.eos_token_ids)
     st = A.start(1)
     ids: list[int] = []
@@ -125,17 +180,33 @@ def _walk(A, vocab, schema, rng, r: int) -> dict:
     rem = r
     t0 = time.perf_counter()
     while rem > 0:
+        if count_removed:  # uniqueness ignored, same state and budget (cloned: A.allowed next)
+            plain = A.automaton.allowed(st, rem)[0].clone()
         try:
             mask = A.allowed(st, rem)[0]
         except UniqueItemsDeadEndError as e:
             end = "dead_end_unique"
             why = str(e)
+            if count_removed:
+                removed_steps += 1
+                removed_tokens += int(plain.sum())
             break
+        if count_removed:
+            n = int((plain & ~mask).sum())
+            removed_steps += n > 0
+            removed_tokens += n
         nz = mask.nonzero().flatten()
         if nz.numel() == 0:
             end = "dead_end"
             break
-        tok = int(nz[rng.randrange(nz.numel())])
+        if classes is None:
+            tok = int(nz[rng.randrange(nz.numel())])
+        else:  # a class among those present (weighted), then an id of it (uniform)
+            cls = classes[0][nz.numpy()]
+            w = np.cumsum(classes[1] * (np.bincount(cls, minlength=classes[1].size) > 0))
+            k = min(int(np.searchsorted(w, rng.random() * w[-1], side="right")), w.size - 1)
+            pick = np.flatnonzero(cls == k)
+            tok = int(nz[int(pick[rng.randrange(pick.size)])])
         if tok in eos:
             end = "eos"
             break
@@ -159,6 +230,9 @@ def _walk(A, vocab, schema, rng, r: int) -> dict:
     rec["text"] = text[:TEXT_CHARS].decode("utf-8", "replace")
     if rec["schema_valid"] and has_unique(schema):
         rec["unique_exercised"] = check_instance_text(text, without_unique(schema)) != ""
+    if count_removed:
+        rec["unique_removed_steps"] = removed_steps
+        rec["unique_removed_tokens"] = removed_tokens
     return rec
 
 
@@ -214,22 +288,28 @@ def _task(vocab, rec: dict, lang: str, walks: int, timeout: int, walk_timeout: i
 
 
 def run_walks(out: dict, A, vocab, rec: dict, lang: str, m: int, walks: int,
-              walk_timeout: int) -> None:
+              walk_timeout: int, policy: str = "uniform", count_removed: bool = False) -> None:
     """``walks`` GCD walks per budget of :func:`_budgets` (``m`` = the minimum) on ``A``, seeded
-    by record id, ``lang``, budget and walk, within ``walk_timeout`` seconds in all; written
-    into ``out`` (mutated): ``walks`` (per walk, :func:`_walk`'s record with its budget kind and
-    number), ``walk_timeout`` / ``walk_memory`` where the walks stopped, ``walk_seconds``."""
+    by record id, ``lang``, budget and walk (and ``policy`` unless ``uniform``), within
+    ``walk_timeout`` seconds in all; written into ``out`` (mutated): ``walks`` (per walk,
+    :func:`_walk`'s record with its budget kind and number), ``walk_timeout`` /
+    ``walk_memory`` where the walks stopped, ``walk_seconds`` (and ``walk_policy`` unless
+    ``uniform``).  ``policy`` and ``count_removed``: the module docstring."""
     import random
 
+    policy_classes(vocab, policy)  # checks the name; the classes are built outside the limit
+    tag = "" if policy == "uniform" else f"|{policy}"
+    if tag:
+        out["walk_policy"] = policy
     out["walks"] = []
     t1 = time.perf_counter()
     try:
         with time_limit(walk_timeout):
             for kind, r in _budgets(m):
                 for k in range(walks):
-                    rng = random.Random(f"{rec['id']}|{lang}|{r}|{k}")
+                    rng = random.Random(f"{rec['id']}|{lang}|{r}|{k}{tag}")
                     try:
-                        wr = _walk(A, vocab, rec["schema"], rng, r)
+                        wr = _walk(A, vocab, rec["schema"], rng, r, policy, count_removed)
                     except BenchTimeout:
                         raise
                     except Exception as e:  # noqa: BLE001 - a bug, reported

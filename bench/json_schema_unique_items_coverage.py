@@ -42,15 +42,28 @@ error / killed.  For a compiled schema:
   ``check_instance_text``: valid, invalid, dead ends (``UniqueItemsDeadEndError`` or an empty
   mask), and walks exercising uniqueness (schema-valid, but invalid with every ``uniqueItems:
   true`` replaced by ``maxItems: 1``).
+* ``--policy``: the walks' token choice (``json_schema_gcd_walks.run_walks``'s ``policy``).
+  ``uniform`` (the default, as above) almost never completes two items of a unique array
+  (committed run: 0 walks exercising uniqueness).  ``long-arrays`` draws among the same allowed
+  ids (the GCD mask, never widened) a class of the id's first byte after leading whitespace --
+  ``]`` 1/10, ``,`` 3, ``"`` 3, whitespace only 3/10, other 1 -- then an id of that class
+  uniformly, so that arrays get several short items (``json_schema_gcd_walks`` docstring).
+  With it the walks also count, per step of a ``UniqueItemsAutomaton``, the ids that the
+  uniqueness check removed: allowed by the underlying automaton's mask at the same state and
+  budget (``A.automaton.allowed(st, r)``, uniqueness ignored) but not by ``A.allowed(st, r)``
+  (the whole plain mask at a ``UniqueItemsDeadEndError``): *removal steps* = steps with at least
+  one such id.
 
 Usage: OMP_NUM_THREADS=1 nice -n 19 python bench/json_schema_unique_items_coverage.py
-    [--walks 5] [--timeout 60] [--walk-timeout 150] [--instance-timeout 300] [--jobs 1]
-    [--mem-gib 8] [--styles compact,dumps] [--limit N] [--ids A,B] [--resume]
-    [--notes FILE] [--report-only]
+    [--walks 5] [--policy uniform|long-arrays] [--timeout 60] [--walk-timeout 150]
+    [--instance-timeout 300] [--jobs 1] [--mem-gib 8] [--styles compact,dumps] [--limit N]
+    [--ids A,B] [--compiled-in RESULTS.json,...] [--resume] [--notes FILE] [--report-only]
 Writes bench/results/json_schema_unique_items_coverage.{md,json} (``--out`` for another stem);
 each finished schema is also appended to ``<stem>.partial.jsonl`` so that ``--resume`` can
-continue a stopped run.  ``--notes FILE`` stores a hand-written markdown section in the json
-(kept by later runs and by ``--report-only``, which rewrites the md from the json).
+continue a stopped run.  ``--compiled-in`` keeps only the schemas whose status is ``compiled``
+in one of the given result files of this bench.  ``--notes FILE`` stores a hand-written
+markdown section in the json (kept by later runs and by ``--report-only``, which rewrites the
+md from the json).
 """
 
 from __future__ import annotations
@@ -78,6 +91,8 @@ from harness import (
 from json_schema_gcd_walks import (
     _SCHEMA_MAPS,
     EXTRA,
+    LONG_ARRAYS,
+    POLICIES,
     _md_escape,
     run_walks,
     source_state,
@@ -245,7 +260,7 @@ def _instances(A, vocab, tok, rec: dict, styles: list[str]) -> dict:
 
 
 def _task(vocab, tok, rec: dict, walks: int, timeout: int, walk_timeout: int,
-          instance_timeout: int, styles: list[str]) -> dict:
+          instance_timeout: int, styles: list[str], policy: str = "uniform") -> dict:
     from tractable.fsa.json_schema.unique_items import UniqueItemsAutomaton
 
     out = {"id": rec["id"], "subset": rec["subset"], "byte_pointer": rec["byte_pointer"],
@@ -270,7 +285,8 @@ def _task(vocab, tok, rec: dict, walks: int, timeout: int, walk_timeout: int,
     except Exception as e:  # noqa: BLE001 - a bug, reported
         out["instances_stopped"] = f"{type(e).__name__}: {e}"[:300]
     out["instance_seconds"] = round(time.perf_counter() - t1, 3)
-    run_walks(out, A, vocab, rec, "every", m, walks, walk_timeout)
+    run_walks(out, A, vocab, rec, "every", m, walks, walk_timeout, policy=policy,
+              count_removed=policy != "uniform")
     return out
 
 
@@ -317,11 +333,17 @@ def _killed(worker: WorkerProcess, rec: dict) -> dict:
 
 
 def _walk_counts(ws: list[dict]) -> dict:
-    return {"walks": len(ws), "valid": sum(bool(w["schema_valid"]) for w in ws),
-            "invalid": sum(not w["schema_valid"] and w["end"] in ("eos", "budget") for w in ws),
-            "dead_ends": sum(w["end"] in ("dead_end", "dead_end_unique") for w in ws),
-            "other": sum(w["end"] in ("advance_dead", "error") for w in ws),
-            "unique_exercised": sum(bool(w.get("unique_exercised")) for w in ws)}
+    out = {"walks": len(ws), "valid": sum(bool(w["schema_valid"]) for w in ws),
+           "invalid": sum(not w["schema_valid"] and w["end"] in ("eos", "budget") for w in ws),
+           "dead_ends": sum(w["end"] in ("dead_end", "dead_end_unique") for w in ws),
+           "other": sum(w["end"] in ("advance_dead", "error") for w in ws),
+           "unique_exercised": sum(bool(w.get("unique_exercised")) for w in ws)}
+    if any("unique_removed_steps" in w for w in ws):  # counted (--policy other than uniform)
+        out.update(removal_steps=sum(w.get("unique_removed_steps", 0) for w in ws),
+                   removal_walks=sum(bool(w.get("unique_removed_steps")) for w in ws),
+                   removed_ids=sum(w.get("unique_removed_tokens", 0) for w in ws),
+                   tokens=sum(w.get("tokens") or 0 for w in ws))
+    return out
 
 
 _INST_KEYS = ("valid", "valid_accepted", "invalid", "invalid_accepted", "invalid_dup_only",
@@ -365,6 +387,16 @@ def summarize(tasks: list[dict], counts: dict) -> list[dict]:
     return rows
 
 
+def _fail_kind(w: dict) -> str:
+    """A walk that is not schema-valid, by kind (its end, or the validator's message)."""
+    msg = w.get("message") or ""
+    if w["end"] not in ("eos", "budget"):
+        return w["end"]
+    if msg.startswith("not JSON: duplicate keys"):
+        return "duplicate object keys (`check_instance_text`: not JSON)"
+    return "not JSON" if msg.startswith("not JSON") else "schema-invalid"
+
+
 def _pct(a: int, b: int) -> str:
     return f" ({100 * a / b:.1f}%)" if b else ""
 
@@ -376,8 +408,10 @@ def write(data: dict, out: Path) -> None:
         a["styles"] = a["styles"].split(",")
     save_json(out.with_suffix(".json"), data, indent=0)
     tot = rows[-1]
+    policy = a.get("policy", "uniform")
+    lr = policy != "uniform"  # the removal columns (counted by the non-uniform policies)
     L = ["# uniqueItems at token level: the JSONSchemaBench schemas the byte-level coverage "
-         "bench refuses", "",
+         "bench refuses" + (f" (walk policy `{policy}`)" if lr else ""), "",
          f"Command: `{meta['command']}`  ",
          f"Machine: {meta['machine']}  ",
          f"Versions: {meta['versions']}  ",
@@ -403,7 +437,21 @@ def write(data: dict, out: Path) -> None:
          "walks of `bench/json_schema_gcd_walks.py` (its `_walk`; budgets m, m+1, 2m, 3m, "
          f"m+{EXTRA} with m = `A.min_tokens_to_accept()`, duplicates merged; {a['walks']} "
          f"walks per budget, walks limit {a['walk_timeout']} s per schema), validated by "
-         "`check_instance_text`.", "",
+         "`check_instance_text`."
+         + ("" if not lr else
+            f"  **Walk policy `{policy}`** (`--policy`; the default `uniform` picks an allowed "
+            "id uniformly and almost never completes two items of a unique array): the id is "
+            "drawn among the same allowed ids (the GCD mask, never widened) in two stages, a "
+            "class of its first byte after leading whitespace -- "
+            + ", ".join(f"`{k}` {v:g}" if k not in ("", "other") else
+                        f"{'whitespace only' if k == '' else 'other'} {v:g}"
+                        for k, v in LONG_ARRAYS.items())
+            + " (weights, among the classes with an allowed id) -- then an id of the class "
+            "uniformly; seeded as `uniform` plus `|long-arrays`.  Each step of a "
+            "`UniqueItemsAutomaton` also compares the mask `A.allowed(st, r)` with the "
+            "underlying automaton's `A.automaton.allowed(st, r)` (same state and budget, "
+            "uniqueness ignored): the ids in the second only are those the uniqueness check "
+            "removed (at a `UniqueItemsDeadEndError`: all of the second)."), "",
          "Columns: *refused (byte)* = byte-level records refused for `uniqueItems`; *compiled; "
          "checker* = compiled at token level; of which a `UniqueItemsAutomaton` (the others "
          "are exact regular automata: small item domains); *still refused* by keyword and the "
@@ -412,11 +460,17 @@ def write(data: dict, out: Path) -> None:
          "total); *walks valid* = schema-valid walks; *dead ends* = "
          "`UniqueItemsDeadEndError` or empty mask (the checker's documented failure mode, "
          "never an invalid text); *unique used* = schema-valid walks with a unique array of 2+ "
-         "items (invalid with `maxItems: 1` in place of `uniqueItems`).", "",
+         "items (invalid with `maxItems: 1` in place of `uniqueItems`)."
+         + ("" if not lr else
+            "  *Removal steps (walks)* = walk steps where the uniqueness check removed at "
+            "least one id that the plain mask allowed (walks with at least one such step); "
+            "*removed ids* = those ids, summed over the steps; *tokens* = tokens the walks "
+            "generated (EOS excluded)."), "",
          "| subset | records | refused (byte) | compiled; checker | still refused / other | "
          "timeouts | valid acc. | invalid acc. | dup-only acc. | walks valid | invalid walks | "
-         "dead ends | unique used |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "dead ends | unique used |"
+         + (" removal steps (walks) | removed ids | tokens |" if lr else ""),
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if lr else "")]
     zero = [r["row"] for r in rows[:-1] if not r["byte_refused_unique"]]
     for r in rows:
         if r["row"] in zero:
@@ -430,14 +484,16 @@ def write(data: dict, out: Path) -> None:
             f"{i['invalid_accepted']}/{i['invalid']} | "
             f"{i['invalid_dup_only_accepted']}/{i['invalid_dup_only']} | "
             f"{r['valid']}/{r['walks']}{_pct(r['valid'], r['walks'])} | {r['invalid']} | "
-            f"{r['dead_ends']} | {r['unique_exercised']} |")
+            f"{r['dead_ends']} | {r['unique_exercised']} |"
+            + (f" {r.get('removal_steps', 0)} ({r.get('removal_walks', 0)}) | "
+               f"{r.get('removed_ids', 0)} | {r.get('tokens', 0)} |" if lr else ""))
     ti = tot["instances"]
     if zero:
         L += ["", "No byte-level record of " + ", ".join(zero) + " is refused for "
               "`uniqueItems` (rows left out)."]
     if tot["run"] != tot["byte_refused_unique"]:
         L += ["", f"**Only {tot['run']} of the {tot['byte_refused_unique']} schemas were run** "
-              "(`--ids` / `--limit`)."]
+              "(`--ids` / `--compiled-in` / `--limit`)."]
     L += ["", f"Test texts left out: {ti['unrepresentable']} unrepresentable (validator "
           f"disagrees with the label, or the writer refused the instance), "
           f"{ti['tokenization_mismatch']} whose tokens did not decode to the same bytes.  "
@@ -459,6 +515,13 @@ def write(data: dict, out: Path) -> None:
     bad = [(t, x) for t in tasks for x in t.get("instances", {}).get("accepted_invalid", [])]
     L += [f"* {t['id']}: `{_md_escape(x)}`" for t, x in bad] or ["None."]
     L += ["", "Walks that are not schema-valid:", ""]
+    kinds: dict[str, int] = {}
+    for t in tasks:
+        for w in t.get("walks", []):
+            if not w["schema_valid"]:
+                kinds[_fail_kind(w)] = kinds.get(_fail_kind(w), 0) + 1
+    if kinds:
+        L += ["By kind: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ".", ""]
     nf = 0
     for t in tasks:
         for w in t.get("walks", []):
@@ -479,10 +542,12 @@ def write(data: dict, out: Path) -> None:
     L += ["", "## Per schema", "",
           "compile s = `compile_json_schema` wall time; m = `min_tokens_to_accept`; instances = "
           "valid acc./total, invalid acc./total over all styles; walks = valid/total, dead "
-          "ends, unique used.", "",
+          "ends, unique used" + (", invalid walks, removal steps (walks)" if lr else "") + ".",
+          "",
           "| schema | byte pointer | status | automaton | compile s | states | m | "
-          "valid acc. | invalid acc. | walks | dead ends | unique used |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "valid acc. | invalid acc. | walks | dead ends | unique used |"
+          + (" invalid walks | removal steps (walks) |" if lr else ""),
+          "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if lr else "")]
     for t in tasks:
         ptr = _md_escape(str(t.get("byte_pointer") or ""))[:80]
         if t["status"] != "compiled":
@@ -490,7 +555,8 @@ def write(data: dict, out: Path) -> None:
                   + (f": {_md_escape(t['detail'])[:160]}" if t.get("detail") else "")
                   if t["status"] == "refused" else
                   f"{t['status']}: {_md_escape(t.get('why', ''))[:120]}")
-            L.append(f"| {t['id']} | `{ptr}` | {st} | | | | | | | | | |")
+            L.append(f"| {t['id']} | `{ptr}` | {st} | | | | | | | | | |"
+                     + (" | |" if lr else ""))
             continue
         i = t.get("instances")
         inst = (f"{i['valid_accepted']}/{i['valid']} | {i['invalid_accepted']}/{i['invalid']}"
@@ -500,7 +566,9 @@ def write(data: dict, out: Path) -> None:
         L.append(f"| {t['id']} | `{ptr}` | compiled | {t['automaton']} | "
                  f"{t['compile_seconds']:.2f} | {t['states']} | {t['min_tokens']} | {inst} | "
                  f"{wc['valid']}/{wc['walks']}{wt} | {wc['dead_ends']} | "
-                 f"{wc['unique_exercised']} |")
+                 f"{wc['unique_exercised']} |"
+                 + (f" {wc['invalid']} | {wc.get('removal_steps', 0)} "
+                    f"({wc.get('removal_walks', 0)}) |" if lr else ""))
     if data.get("notes"):
         L += ["", "## Notes (by hand)", "", data["notes"].rstrip()]
     out.with_suffix(".md").write_text("\n".join(L) + "\n")
@@ -515,7 +583,11 @@ def main() -> None:
     ap.add_argument("--subsets", default=",".join(SUBSETS))
     ap.add_argument("--ids", default=None, help="only these record ids (comma-separated)")
     ap.add_argument("--limit", type=int, default=0, help="first N selected schemas (0 = all)")
+    ap.add_argument("--compiled-in", default=None,
+                    help="only the schemas compiled in these result files (comma-separated)")
     ap.add_argument("--walks", type=int, default=5, help="walks per budget")
+    ap.add_argument("--policy", choices=POLICIES, default="uniform",
+                    help="the walks' token choice (json_schema_gcd_walks.run_walks)")
     ap.add_argument("--timeout", type=int, default=60, help="compile limit (s)")
     ap.add_argument("--walk-timeout", type=int, default=150, help="walks limit (s) per schema")
     ap.add_argument("--instance-timeout", type=int, default=300,
@@ -545,6 +617,10 @@ def main() -> None:
     if args.ids:
         want = set(args.ids.split(","))
         recs = [r for r in recs if r["id"] in want]
+    if args.compiled_in:
+        ok = {t["id"] for f in args.compiled_in.split(",")
+              for t in load_json(Path(f))["tasks"] if t["status"] == "compiled"}
+        recs = [r for r in recs if r["id"] in ok]
     if args.limit:
         recs = recs[:args.limit]
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -573,11 +649,12 @@ def main() -> None:
               f"valid {i.get('valid_accepted')}/{i.get('valid')} "
               f"invalid {i.get('invalid_accepted')}/{i.get('invalid')} "
               f"walks {wc['valid']}/{wc['walks']} dead {wc['dead_ends']} "
-              f"uniq {wc['unique_exercised']} i={r.get('instance_seconds')} "
+              f"uniq {wc['unique_exercised']} removal {wc.get('removal_steps', '-')} "
+              f"i={r.get('instance_seconds')} "
               f"w={r.get('walk_seconds')}", flush=True)
 
     items = [(rec, args.walks, args.timeout, args.walk_timeout, args.instance_timeout,
-              args.styles.split(",")) for rec in todo]
+              args.styles.split(","), args.policy) for rec in todo]
     run_threads(items, args.jobs,
                 lambda: WorkerProcess(_worker, args.mem_gib, ready=True, context="fork"),
                 lambda w, item: w.ask(item, hard, poll=5) or _killed(w, item[0]), record)
