@@ -53,6 +53,10 @@ Every serialization (``canonical=False``)
   ``integer`` and ``multipleOf`` decided on the value (:mod:`.number_spellings`); where the
   exponent can change the verdict its value is bounded by ``max_exponent`` (a documented
   subset: ``1e-05`` and ``2.5e3`` are generated, ``1e-99`` under ``maximum: 1`` is not).
+  Under draft-04 (and draft-03) an ``integer`` has no fraction or exponent (``3``, not ``3.0``
+  or ``3e0``), as that draft defines it; there, integral numbers inside ``enum``/``const``
+  arrays and objects are also written without them (a subset: the item schemas are not
+  consulted), while a top-level ``enum: [3]`` without ``type: integer`` still takes ``3.0``.
 * Everything else (keyword semantics, property order) is as below: the canonical automaton is
   built first and each string and number leaf is spelled, which is exact because the spellings
   of different values are disjoint.  ``not`` of an enum/const removes every spelling (numbers

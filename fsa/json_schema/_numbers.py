@@ -58,16 +58,51 @@ def _non_integral(max_exponent: int | None) -> ByteNFA:
     return hit
 
 
+def _integer_syntax() -> ByteNFA:
+    """JSON numbers without fraction or exponent, ``-?(0|[1-9][0-9]*)``: what draft-04 (and
+    draft-03) calls an ``integer`` (``3.0`` and ``3e0`` are not, unlike in draft 6 and later)."""
+    hit = _cached(("integer-syntax",))
+    if hit is None:
+        nonneg = N.union(N.literal("0"), N.concat(N.byteset(N.mask_of(range(0x31, 0x3A))),
+                                                 N.star(N.byteset(N.mask_of(range(0x30, 0x3A))))))
+        hit = _share(("integer-syntax",), N.finalize(N.concat(N.optional(N.literal("-")), nonneg)))
+    return hit
+
+
 class _NumbersMixin(_CompilerBase):
     """Number values: the bounds and ``multipleOf`` of a conjunction, as canonical decimals
     or as every spelling."""
 
     def _non_integral(self) -> ByteNFA:
+        """Spellings of the numbers that are not integers (intersected with a number
+        language by the caller): by value, or under draft-04 (:attr:`_integers_plain`) by
+        syntax, where ``3.0`` is not an integer."""
+        if self._integers_plain:
+            hit = _cached(("non-plain-integer",))
+            if hit is None:
+                hit = _share(("non-plain-integer",),
+                             N.finalize(_complement_content(_integer_syntax())))
+            return hit
         return _non_integral(self.max_exponent)
 
-    def _number_value(self, d: Decimal) -> ByteNFA:
-        """Every spelling of the number ``d`` (exponents as :func:`number_language` bounds)."""
-        return self._numbers(d, False, d, False)
+    @property
+    def _integers_plain(self) -> bool:
+        """Every spelling, under draft-04 or earlier: an ``integer`` is written without
+        fraction or exponent (``jsonschema``'s Draft4Validator rejects ``3.0`` as an integer)."""
+        return not self.canonical and self.draft <= 4
+
+    def _number_value(self, d: Decimal, plain: bool = False) -> ByteNFA:
+        """Every spelling of the number ``d`` (exponents as :func:`number_language` bounds);
+        ``plain``: an integral ``d`` only without fraction or exponent (see
+        :attr:`_integers_plain`)."""
+        a = self._numbers(d, False, d, False)
+        if plain and d == d.to_integral_value():
+            key = ("plain-integer", d, self.max_exponent)
+            hit = _cached(key)
+            if hit is None:
+                hit = _share(key, N.finalize(N.intersect(a, _integer_syntax())))
+            a = hit
+        return a
 
     def _numbers(self, lower, lstrict, upper, ustrict, integer=False, mults=()) -> ByteNFA | None:
         """:func:`~.number_spellings.number_language` with this compiler's exponent bound, shared
@@ -127,6 +162,8 @@ class _NumbersMixin(_CompilerBase):
                                   f"the number automaton would exceed {MAX_NUMBER_STATES} "
                                   "states")
                 a = self._numbers(lower, lstrict, upper, ustrict, integer)
+            if integer and self._integers_plain and a is not None:
+                a = N.intersect(a, _integer_syntax())
             return a
         if lower is None and upper is None:
             a = number_nfa(integer)  # built once per process

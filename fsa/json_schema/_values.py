@@ -198,26 +198,30 @@ class _ValuesMixin(_CompilerBase):
                 continue
             seen.append(v)
             t = "number" if k in ("integer", "fraction") else k
-            parts.setdefault(t, []).append(self._value_nfa(v))
+            # draft-04: integral numbers inside arrays/objects always plain (a subset: the
+            # item schemas are not consulted), at the top level where the types demand it
+            plain = self._integers_plain and (t != "number" or "fraction" not in types)
+            parts.setdefault(t, []).append(self._value_nfa(v, plain))
         return _Leaf({t: N.union(*ls) for t, ls in parts.items()}, {})
 
-    def _value_nfa(self, v: Any) -> ByteNFA:
+    def _value_nfa(self, v: Any, plain: bool = False) -> ByteNFA:
         """Every serialization of the JSON value ``v`` that this compiler's language allows
         (objects keep ``v``'s key order): the canonical literal when ``canonical`` and compact,
-        otherwise built structurally (whitespace gaps, number and string spellings)."""
+        otherwise built structurally (whitespace gaps, number and string spellings).
+        ``plain``: integral numbers (at any depth) without fraction or exponent only."""
         if self.canonical and self.ws is None:
             return N.literal(_dumps(v))
         if isinstance(v, dict):
             open_, close = self._brackets("{", "}")
             items = [N.concat(self._spell(N.literal(_json_str(k))), self.COLON,
-                              self._value_nfa(x)) for k, x in v.items()]
+                              self._value_nfa(x, plain)) for k, x in v.items()]
         elif isinstance(v, list):
             open_, close = self._brackets("[", "]")
-            items = [self._value_nfa(x) for x in v]
+            items = [self._value_nfa(x, plain) for x in v]
         elif isinstance(v, str):
             return self._spell(N.literal(_json_str(v)))
         elif isinstance(v, (int, float)) and not isinstance(v, bool) and not self.canonical:
-            return self._number_value(to_decimal(v))
+            return self._number_value(to_decimal(v), plain)
         else:
             return N.literal(_dumps(v))
         seq: list[ByteNFA] = [open_]

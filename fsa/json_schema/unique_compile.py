@@ -277,7 +277,7 @@ def _exact_array(comp, items, lo: int, hi: int | None, stack) -> ByteNFA | None:
     values = finite_values(comp, items, stack)
     if values is None or _copies(len(values), lo, hi) > MAX_EXACT_COPIES:
         return None
-    parts = [comp._value_nfa(v) for v in values]
+    parts = [comp._value_nfa(v, comp._integers_plain) for v in values]
     K = len(parts)
     b = _Builder()
     state: dict[int, int] = {0: b.state()}
