@@ -107,11 +107,11 @@ def _heldout_on(hmm, ho) -> float:
     return float(heldout_ll_per_token(hmm, ho.tokens, ho.lengths))
 
 
-def sweep_task(name: str, model, tok, vocab, args, cells: dict, save, res: dict, report) -> None:
-    """Every H (then the extra-data row) of one task; the report is rewritten after each."""
+def setup_task(name: str, model, tok, vocab, args, cells: dict, save, tr_res: dict):
+    """Compile and enumerate the task, its i.i.d. floors and GCD-SMC reference cells (into
+    ``tr_res``); returns ``(ctx, the base held-out samples)``."""
     ctx = compile_task(TASKS[name], tok, vocab)
     enumerate_task(ctx, model, tok, vocab)
-    tr_res = res["tasks"].setdefault(name, {"rows": {}})
     tr_res["info"] = {k: v for k, v in ctx.info.items() if k != "hmm"}
     tr_res["iid_floor"] = {
         str(M): iid_floor(ctx.post, args.runs * M)
@@ -121,6 +121,13 @@ def sweep_task(name: str, model, tok, vocab, args, cells: dict, save, res: dict,
     gM = sorted(set(args.Ms) | {2 * M for M in args.Ms})
     tr_res["gcd"] = {str(M): _cell(ctx, "gcd", M, args, 128, cells, save) for M in gM}
     _, _, _, _, _, ho_base = task_samples(ctx.task, model, tok, vocab, _ns(args, 128))
+    return ctx, ho_base
+
+
+def sweep_task(name: str, model, tok, vocab, args, cells: dict, save, res: dict, report) -> None:
+    """Every H (then the extra-data row) of one task; the report is rewritten after each."""
+    tr_res = res["tasks"].setdefault(name, {"rows": {}})
+    ctx, ho_base = setup_task(name, model, tok, vocab, args, cells, save, tr_res)
     plan = [(H, 1) for H in args.Hs]
     if args.extra_data > 1:
         plan.append((None, args.extra_data))
@@ -138,47 +145,56 @@ def sweep_task(name: str, model, tok, vocab, args, cells: dict, save, res: dict,
         if time.time() > args.stop_at:
             print(f"[hsize] {name}: stop time reached, H = {tag} skipped", flush=True)
             continue
-        ctx.task = dataclasses.replace(
-            TASKS[name], samples_per_prompt=TASKS[name].samples_per_prompt * factor
-        )
-        t0 = time.perf_counter()
-        hmm = distill_hmm(ctx, model, tok, vocab, _ns(args, H))
-        row = dict(ctx.info["hmm"])
-        row.update(H=H, data_factor=factor, distill_wall_seconds=time.perf_counter() - t0)
-        if factor > 1:  # the same held-out set as the base rows
-            from tractable.hmm.distill import bigram_heldout_ll
-
-            _, _, _, _, tr_x, _ = task_samples(ctx.task, model, tok, vocab, _ns(args, H))
-            row["heldout_ll_own"] = row["heldout_ll"]
-            row["heldout_ll"] = _heldout_on(hmm, ho_base)
-            row["lm_heldout_ll"] = float(ho_base.lm_logprob.double().sum()) / ho_base.num_tokens
-            row["bigram_heldout_ll"] = bigram_heldout_ll(
-                tr_x.tokens, tr_x.lengths, ho_base.tokens, ho_base.lengths, vocab.size, 0.1
-            )
-        ctx.pgcd = {}
-        build_pgcd(ctx, hmm, _ns(args, H), False, vocab)
-        row["log_p_hmm_C"] = ctx.info["hmm"]["log_p_hmm_C"]
-        row["product_seconds"] = ctx.info["hmm"]["product_seconds"]
-        t1 = time.perf_counter()
-        div = proposal_divergences(ctx)
-        row["divergence_seconds"] = time.perf_counter() - t1
-        row["gcd_kl"], row["gcd_chi2"] = div["gcd"]["kl"], div["gcd"]["chi2"]
-        d = div["pgcd/distilled"]
-        row.update(kl=d["kl"], chi2=d["chi2"], twist_log_sd=d.get("twist_log_sd"))
-        print(
-            f"[hsize] {name} H={tag}: LL {row['heldout_ll']:.3f}, log p(C) "
-            f"{row['log_p_hmm_C']:.2f}, KL {row['kl']:.3f} (GCD {row['gcd_kl']:.3f}), "
-            f"twist {row['twist_log_sd']:.2f}",
-            flush=True,
-        )
-        sfx = "" if factor == 1 else f"/data{factor}x"
-        row["cells"] = {
-            f"{m}/M{M}": _cell(ctx, m, M, args, H, cells, save, sfx) for m in PG for M in args.Ms
-        }
+        row = hmm_row(ctx, name, H, factor, ho_base, model, tok, vocab, args, cells, save)
         tr_res["rows"][tag] = row
         report(res)
-        ctx.pgcd = {}
-        del hmm
+
+
+def hmm_row(ctx, name, H, factor, ho_base, model, tok, vocab, args, cells, save) -> dict:
+    """One row: the HMM of size H distilled from ``factor``× the task's samples (its
+    held-out LL on the base held-out set ``ho_base``), its P-GCD proposal's exact KL / χ² /
+    twist error, and its P-GCD cells at every ``args.Ms`` (cached in ``cells``)."""
+    tag = f"{H}" if factor == 1 else f"{H}x{factor}"
+    ctx.task = dataclasses.replace(
+        TASKS[name], samples_per_prompt=TASKS[name].samples_per_prompt * factor
+    )
+    t0 = time.perf_counter()
+    hmm = distill_hmm(ctx, model, tok, vocab, _ns(args, H))
+    row = dict(ctx.info["hmm"])
+    row.update(H=H, data_factor=factor, distill_wall_seconds=time.perf_counter() - t0)
+    if factor > 1:  # the same held-out set as the base rows
+        from tractable.hmm.distill import bigram_heldout_ll
+
+        _, _, _, _, tr_x, _ = task_samples(ctx.task, model, tok, vocab, _ns(args, H))
+        row["heldout_ll_own"] = row["heldout_ll"]
+        row["heldout_ll"] = _heldout_on(hmm, ho_base)
+        row["lm_heldout_ll"] = float(ho_base.lm_logprob.double().sum()) / ho_base.num_tokens
+        row["bigram_heldout_ll"] = bigram_heldout_ll(
+            tr_x.tokens, tr_x.lengths, ho_base.tokens, ho_base.lengths, vocab.size, 0.1
+        )
+    ctx.pgcd = {}
+    build_pgcd(ctx, hmm, _ns(args, H), False, vocab)
+    row["log_p_hmm_C"] = ctx.info["hmm"]["log_p_hmm_C"]
+    row["product_seconds"] = ctx.info["hmm"]["product_seconds"]
+    t1 = time.perf_counter()
+    div = proposal_divergences(ctx)
+    row["divergence_seconds"] = time.perf_counter() - t1
+    row["gcd_kl"], row["gcd_chi2"] = div["gcd"]["kl"], div["gcd"]["chi2"]
+    d = div["pgcd/distilled"]
+    row.update(kl=d["kl"], chi2=d["chi2"], twist_log_sd=d.get("twist_log_sd"))
+    print(
+        f"[hsize] {name} H={tag}: LL {row['heldout_ll']:.3f}, log p(C) "
+        f"{row['log_p_hmm_C']:.2f}, KL {row['kl']:.3f} (GCD {row['gcd_kl']:.3f}), "
+        f"twist {row['twist_log_sd']:.2f}",
+        flush=True,
+    )
+    sfx = "" if factor == 1 else f"/data{factor}x"
+    row["cells"] = {
+        f"{m}/M{M}": _cell(ctx, m, M, args, H, cells, save, sfx) for m in PG for M in args.Ms
+    }
+    ctx.pgcd = {}
+    del hmm
+    return row
 
 
 def _has(cells, task, m, M, args, H, factor) -> bool:
@@ -186,19 +202,24 @@ def _has(cells, task, m, M, args, H, factor) -> bool:
     return cell_key(task, m, M, _ns(args, H)) + sfx in cells
 
 
-def seed_spread(name: str, model, tok, vocab, args, seeds: dict, save) -> None:
+def seed_spread(
+    name: str, model, tok, vocab, args, seeds: dict, save, factor: int = 1, ctx=None
+) -> None:
     """The HMM seed's share of the H trend (no SMC): for every H and every ``--hmm-seeds`` seed,
     an HMM from the same base samples with that seed for LVD and EM (else as
     :func:`smc_fig2_bench.distill_hmm`, whose seed is ``--seed``) → held-out LL, log p_hmm(C)
-    and the exact KL / χ² / twist error of its P-GCD proposal.  Cached in ``seeds``."""
+    and the exact KL / χ² / twist error of its P-GCD proposal.  Cached in ``seeds``.
+    ``factor`` > 1: from ``factor``× the samples (the data sweep; keys end in ``/data{K}x``,
+    held-out LL also on the base held-out set); ``ctx``: the task's enumerated context."""
     from tractable.hmm.em import fit, smoothed_unigram
     from tractable.hmm.lvd import lvd_init
     from tractable.hmm.pgcd import PGCD
 
-    ctx, tr, V = None, None, vocab.size
+    tr, V = None, vocab.size
+    sfx = "" if factor == 1 else f"/data{factor}x"
     for H in args.Hs:
         for s in args.hmm_seeds:
-            key = f"{name}/H{H}/seed{s}/e{args.em_epochs}/p{args.distill_prompts}/w{args.w}"
+            key = f"{name}/H{H}/seed{s}/e{args.em_epochs}/p{args.distill_prompts}/w{args.w}{sfx}"
             if key in seeds:
                 continue
             if time.time() > args.stop_at:
@@ -207,7 +228,16 @@ def seed_spread(name: str, model, tok, vocab, args, seeds: dict, save) -> None:
             if ctx is None:
                 ctx = compile_task(TASKS[name], tok, vocab)
                 enumerate_task(ctx, model, tok, vocab)
-                _, _, _, _, tr, ho = task_samples(ctx.task, model, tok, vocab, _ns(args, 128))
+            if tr is None:
+                task = dataclasses.replace(
+                    TASKS[name], samples_per_prompt=TASKS[name].samples_per_prompt * factor
+                )
+                _, _, _, _, tr, ho = task_samples(task, model, tok, vocab, _ns(args, 128))
+                ho_base = ho
+                if factor > 1:
+                    _, _, _, _, _, ho_base = task_samples(
+                        TASKS[name], model, tok, vocab, _ns(args, 128)
+                    )
                 prior = smoothed_unigram(tr.tokens, tr.lengths, V, 0.1)
             t0 = time.perf_counter()
             kw = dict(hidden_size=H, vocab_size=V, pseudocount=0.1, emission_pseudocount=1.0)
@@ -250,6 +280,13 @@ def seed_spread(name: str, model, tok, vocab, args, seeds: dict, save) -> None:
                 "twist_log_sd": d.get("twist_log_sd"),
                 "distill_seconds": secs,
             }
+            if factor > 1:  # LL on the base held-out set, as the data sweep's rows
+                seeds[key].update(
+                    data_factor=factor,
+                    train_tokens=tr.num_tokens,
+                    heldout_ll_own=seeds[key]["heldout_ll"],
+                    heldout_ll=_heldout_on(hmm, ho_base),
+                )
             save()
             print(f"[hsize] seeds {key}: LL {seeds[key]['heldout_ll']:.3f} KL {d['kl']:.3f}")
 
@@ -257,7 +294,8 @@ def seed_spread(name: str, model, tok, vocab, args, seeds: dict, save) -> None:
 def _attach_seeds(res: dict, seeds: dict) -> None:
     for name, tr in res["tasks"].items():
         tr["seed_spread"] = sorted(
-            (v for v in seeds.values() if v["task"] == name), key=lambda v: (v["H"], v["seed"])
+            (v for v in seeds.values() if v["task"] == name and v.get("data_factor", 1) == 1),
+            key=lambda v: (v["H"], v["seed"]),
         )
 
 
