@@ -4,7 +4,8 @@ With ``canonical=False`` the automaton accepts *every serialization* (RFC 8259) 
 that are valid against the schema; with ``canonical=True`` (the default for now) only their
 *canonical serializations* (below).  Either way the instances are those valid against the
 schema (Draft 2020-12 semantics; Draft 7/6/4 documents are accepted and read with their own
-``items``/``additionalItems``/``$ref``/``exclusiveMaximum`` rules).  It is built compositionally
+``items``/``additionalItems``/``$ref``/``exclusiveMaximum`` rules; Draft 3 documents are refused,
+``UnsupportedSchemaError`` at ``#/$schema``).  It is built compositionally
 from the :mod:`.nfa` primitives — literals, code-point classes, concatenation,
 union, bounded repetition and, for ``allOf``-style conjunctions of string/number constraints, the
 product :func:`~.nfa.intersect` — and is never determinized.  Sub-automata are shared: every
@@ -53,7 +54,7 @@ Every serialization (``canonical=False``)
   ``integer`` and ``multipleOf`` decided on the value (:mod:`.number_spellings`); where the
   exponent can change the verdict its value is bounded by ``max_exponent`` (a documented
   subset: ``1e-05`` and ``2.5e3`` are generated, ``1e-99`` under ``maximum: 1`` is not).
-  Under draft-04 (and draft-03) an ``integer`` has no fraction or exponent (``3``, not ``3.0``
+  Under draft-04 an ``integer`` has no fraction or exponent (``3``, not ``3.0``
   or ``3e0``), as that draft defines it; there, integral numbers inside ``enum``/``const``
   arrays and objects are also written without them (a subset: the item schemas are not
   consulted), while a top-level ``enum: [3]`` without ``type: integer`` still takes ``3.0``.

@@ -213,6 +213,8 @@ def _meta_ok(meta: Any, x: Any, root: dict, cls) -> bool:
                 t = _META_TYPES.get(v)
                 if t is None or not t(x):
                     return False
+            elif not isinstance(v, list) or not all(isinstance(t, str) for t in v):
+                return False  # draft-03's type lists may hold schemas: not handled here
             elif not any(_META_TYPES[t](x) if t in _META_TYPES else False for t in v):
                 return False
         elif k == "$ref":

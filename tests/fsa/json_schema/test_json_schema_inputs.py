@@ -84,6 +84,24 @@ def test_draft4_ignores_dollar_id_and_later_drafts_ignore_id():
             _nfa(moved)
 
 
+def test_draft3_is_refused_not_read_as_draft4():
+    # draft-03's required: true (in the property schema) means nothing in draft 4: compiled
+    # as draft 4, {} would be accepted although Draft3Validator rejects it
+    d3 = {"$schema": "http://json-schema.org/draft-03/schema#", "type": "object",
+          "properties": {"a": {"type": "integer", "required": True}}}
+    assert not jsonschema.Draft3Validator(d3).is_valid({})
+    with pytest.raises(UnsupportedSchemaError, match="draft-03") as e:
+        _nfa(d3)
+    assert (e.value.keyword, e.value.pointer) == ("$schema", "#/$schema")
+    # draft-03 type lists may hold schemas: the meta-schema check used to crash on them
+    with pytest.raises(UnsupportedSchemaError, match="draft-03"):
+        _nfa({"$schema": d3["$schema"], "items": {"type": ["integer", {"type": "string"}]}})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        json_schema_to_nfa(d3, lenient=True)  # asked for: a superset, with a warning
+    assert any("draft-03" in str(w.message) for w in caught)
+
+
 def test_remote_recursive_ref_is_unrolled():
     tree = {"type": "object", "properties": {"v": {"type": "integer"},
                                              "kids": {"type": "array", "items": {"$ref": "#"}}},
