@@ -43,7 +43,7 @@ from harness import RESULTS, command_line, environment, git_dirty_files, load_js
 from smc_fig2_bench import CACHE as FIG2_CACHE
 from smc_fig2_bench import TASKS, load_lm
 from smc_fig2_report import LABELS
-from smc_hmm_size_bench import CACHE, PG, _has, hmm_row, seed_spread, setup_task
+from smc_hmm_size_bench import CACHE, PG, _has, hmm_row, seed_key, seed_spread, setup_task
 
 OUT = RESULTS / "smc_hmm_data"
 SIZE_JSON = RESULTS / "smc_hmm_size.json"
@@ -81,12 +81,6 @@ def _estimate(tr: dict, K: int) -> float:
     return K * (r1["lvd_seconds"] + r1["em_seconds"]) + cells + r1["divergence_seconds"] + 30
 
 
-def _seed_key(name: str, H: int, s: int, K: int, args) -> str:
-    """:func:`smc_hmm_size_bench.seed_spread`'s cache key."""
-    sfx = "" if K == 1 else f"/data{K}x"
-    return f"{name}/H{H}/seed{s}/e{args.em_epochs}/p{args.distill_prompts}/w{args.w}{sfx}"
-
-
 def sweep(name: str, model, tok, vocab, args, cells: dict, save, res: dict, report,
           seeds: dict, save_seeds) -> None:
     tr = res["tasks"].setdefault(name, {"rows": {}})
@@ -99,7 +93,7 @@ def sweep(name: str, model, tok, vocab, args, cells: dict, save, res: dict, repo
         and all(_has(cells, name, m, M, args, H, K) for m in PG for M in args.Ms)
     )]
     seeds_todo = [(K, s) for K in args.Ks for s in args.hmm_seeds
-                  if _seed_key(name, H, s, K, args) not in seeds]
+                  if seed_key(name, H, s, K, args) not in seeds]
     if not todo and not seeds_todo:
         return
     if time.time() + 300 > args.stop_at:
@@ -140,7 +134,7 @@ def _attach(res: dict, seeds: dict, args) -> None:
         tr["seed_spread"] = {}
         for K in tr["rows"]:
             for s in range(1, 100):
-                v = seeds.get(_seed_key(name, tr["H"], s, int(K), args))
+                v = seeds.get(seed_key(name, tr["H"], s, int(K), args))
                 if v is not None:
                     tr["seed_spread"].setdefault(K, []).append(v)
 

@@ -202,6 +202,12 @@ def _has(cells, task, m, M, args, H, factor) -> bool:
     return cell_key(task, m, M, _ns(args, H)) + sfx in cells
 
 
+def seed_key(name: str, H: int, s: int, factor: int, args) -> str:
+    """The ``seeds`` cache key of :func:`seed_spread`'s HMM with seed ``s`` (``factor``× data)."""
+    sfx = "" if factor == 1 else f"/data{factor}x"
+    return f"{name}/H{H}/seed{s}/e{args.em_epochs}/p{args.distill_prompts}/w{args.w}{sfx}"
+
+
 def seed_spread(
     name: str, model, tok, vocab, args, seeds: dict, save, factor: int = 1, ctx=None
 ) -> None:
@@ -216,10 +222,9 @@ def seed_spread(
     from tractable.hmm.pgcd import PGCD
 
     tr, V = None, vocab.size
-    sfx = "" if factor == 1 else f"/data{factor}x"
     for H in args.Hs:
         for s in args.hmm_seeds:
-            key = f"{name}/H{H}/seed{s}/e{args.em_epochs}/p{args.distill_prompts}/w{args.w}{sfx}"
+            key = seed_key(name, H, s, factor, args)
             if key in seeds:
                 continue
             if time.time() > args.stop_at:
